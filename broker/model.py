@@ -19,6 +19,7 @@ __all__ = [
     "DeclaredTool",
     "Deployment",
     "Grant",
+    "InputMode",
     "ServiceTool",
     "Tool",
 ]

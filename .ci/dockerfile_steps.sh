@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# sandbox.Dockerfile's install steps, run on this Debian 12 machine: CI has no
+# Docker engine, so it checks the image's recipe by doing the same here.
+#
+#   1. apt-get install the image's packages: the one list is .ci/apt-packages.txt,
+#      which the Dockerfile copies and installs (this script checks it still does);
+#   2. pip install the project, non-editable, into a fresh virtualenv, from a
+#      folder holding only what the Dockerfile copies (so a file the build needs
+#      but the image lacks fails here);
+#   3. the image's entry points answer: vessel-workers, the Celery app Flower
+#      loads (celery -A broker.celery_app), tini;
+#   4. bubblewrap works for a user without capabilities, as the image's `vessel`
+#      user runs it (unprivileged user namespaces, a fresh procfs).
+#
+# The host's own .venv is not touched. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dockerfile=sandbox.Dockerfile
+list=.ci/apt-packages.txt
+
+if ! grep -q "^COPY $list " "$dockerfile"; then
+  echo "dockerfile_steps: $dockerfile no longer installs from $list; keep the one list" >&2
+  exit 1
+fi
+
+# --- 1. system packages --------------------------------------------------------
+mapfile -t packages < <(sed -e 's/#.*//' "$list" | tr -s ' \t' '\n' | sed '/^$/d')
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "dockerfile_steps: apt-get install ${packages[*]}" >&2
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+  "${packages[@]}" >/dev/null
+
+# --- 2. the project, as the image builds it ---------------------------------------
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/build"
+# The Dockerfile's COPY lines into /build, in the same order.
+cp pyproject.toml README.md "$work/build/"
+cp -r broker workers "$work/build/"
+python3 -m venv "$work/venv"
+"$work/venv/bin/pip" install -q --disable-pip-version-check "$work/build"
+
+# --- 3. the entry points the image and compose.yaml name ----------------------------
+"$work/venv/bin/vessel-workers" --help >/dev/null
+(cd "$work" && VESSEL_BROKER_URL=redis://127.0.0.1:6379/0 "$work/venv/bin/python" -c \
+  'import celery, broker.celery_app as m; assert isinstance(m.app, celery.Celery)')
+/usr/bin/tini --version >/dev/null
+
+# --- 4. bubblewrap for a user without capabilities ------------------------------------
+if [ "$(id -u)" -eq 0 ]; then
+  setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all \
+    bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL \
+    --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp -- /bin/true
+else
+  bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL \
+    --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp -- /bin/true
+fi
+echo "dockerfile_steps: the image's install steps work here" >&2

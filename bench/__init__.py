@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of vessel-workers against hand-rolled baselines (bench/README.md)."""

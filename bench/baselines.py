@@ -1,0 +1,165 @@
+"""The hand-rolled alternatives vessel-workers is measured against.
+
+- `bare_run`: a plain `subprocess.run`, no confinement at all (the floor).
+- `raw_bwrap_argv`: bubblewrap with the runner's namespace and privilege flags
+  (`workers.sandbox.bwrap.bwrap_options`, copied by hand) and the mount set one
+  writes by hand: system folders, /etc whole, proc, dev, a /tmp tmpfs, the
+  workspace, the package and the data mount. What the runner adds on top (the
+  /etc allow-list and synthetic files, read-only remounts, the options memfd,
+  the seccomp filter, rlimits, workspace and outbox bookkeeping, output
+  shaping) is what the ratio prices.
+- `raw_app`: a plain Celery app on its own Redis database and queues, with
+  Celery's defaults (what one writes by hand), whose tasks are a no-op and a
+  raw-bwrap `/bin/true`. Its worker is started by `bench.cluster` as
+  `celery -A bench.baselines:raw_app worker`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from celery import Celery
+
+__all__ = [
+    "RAW_BROKER_ENV",
+    "RAW_QUEUE_SANDBOX",
+    "RAW_QUEUE_SERVICE",
+    "TASK_BWRAP_TRUE",
+    "TASK_NOOP",
+    "SandboxLayout",
+    "bare_run",
+    "make_raw_app",
+    "raw_app",
+    "raw_bwrap_argv",
+    "raw_bwrap_run",
+]
+
+#: The raw worker reads its broker URL from here (it is started by the bench).
+RAW_BROKER_ENV = "BENCH_RAW_BROKER_URL"
+#: One queue per worker kind, so the raw baseline for service calls and the one
+#: for sandbox calls each run with their kind's pool and concurrency.
+RAW_QUEUE_SERVICE = "bench.raw.service"
+RAW_QUEUE_SANDBOX = "bench.raw.sandbox"
+TASK_NOOP = "bench.noop"
+#: Runs raw bwrap /bin/true: the baseline of a declared call through Celery.
+TASK_BWRAP_TRUE = "bench.bwrap_true"
+
+#: Host system folders bound read-only, as the runner does. On Debian 12 /bin,
+#: /lib, /lib64 and /sbin are symlinks into /usr; binding what exists as a
+#: symlink would fail, so symlinks are recreated and folders bound.
+_SYSTEM_FOLDERS = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc")
+
+
+class SandboxLayout:
+    """Host folders a raw-bwrap call binds: the agent package, data, a workspace."""
+
+    def __init__(self, *, package: Path, data: Path, workspace: Path) -> None:
+        self.package = package
+        self.data = data
+        self.workspace = workspace
+
+
+def _system_binds() -> list[str]:
+    args: list[str] = []
+    for folder in _SYSTEM_FOLDERS:
+        path = Path(folder)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), folder]
+        elif path.is_dir():
+            args += ["--ro-bind", folder, folder]
+    return args
+
+
+def raw_bwrap_argv(command: Sequence[str], layout: SandboxLayout | None = None) -> list[str]:
+    """bwrap with every namespace unshared, as the runner starts it, around `command`.
+
+    Without a layout only the system folders are bound (the `/bin/true` case of
+    the DESIGN.md fact, 3.3 ms median).
+    """
+    argv = [
+        "bwrap",
+        # The runner's namespace and privilege flags (workers/sandbox/bwrap.py),
+        # word for word: net, pid, ipc, uts, cgroup and user namespaces.
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "vessel",
+        *_system_binds(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+    ]
+    cwd = "/"
+    if layout is not None:
+        argv += [
+            "--bind",
+            str(layout.workspace),
+            "/tmp/vessel",
+            "--ro-bind",
+            str(layout.package),
+            "/agent",
+            "--ro-bind",
+            str(layout.data),
+            "/data",
+        ]
+        cwd = "/data"
+    argv += [
+        "--chdir",
+        cwd,
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/local/bin:/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        "/tmp/vessel",
+        "--",
+        *command,
+    ]
+    return argv
+
+
+def bare_run(command: Sequence[str], stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(list(command), input=stdin, capture_output=True, check=False)
+
+
+def raw_bwrap_run(
+    command: Sequence[str], layout: SandboxLayout | None = None, stdin: bytes = b""
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        raw_bwrap_argv(command, layout), input=stdin, capture_output=True, check=False
+    )
+
+
+def make_raw_app(broker_url: str) -> Celery:
+    """The baseline app: the worker builds it from the environment, the bench from a URL."""
+    app = Celery("bench-raw", broker=broker_url, backend=broker_url, set_as_current=False)
+    # Celery's defaults otherwise: this is the Celery one writes by hand.
+    app.conf.task_default_queue = RAW_QUEUE_SERVICE
+    app.conf.broker_connection_retry_on_startup = True
+    app.conf.worker_hijack_root_logger = False
+
+    @app.task(name=TASK_NOOP)
+    def noop() -> None:
+        return None
+
+    @app.task(name=TASK_BWRAP_TRUE)
+    def bwrap_true() -> int:
+        return raw_bwrap_run(["/bin/true"]).returncode
+
+    return app
+
+
+#: What `celery -A bench.baselines:raw_app worker` loads (started by bench.cluster).
+raw_app = make_raw_app(os.environ.get(RAW_BROKER_ENV, "redis://127.0.0.1:6379/15"))

@@ -1,0 +1,95 @@
+"""Peak resident memory of a worker's process tree, from /proc.
+
+`VmHWM` is the kernel's high-water mark of one process's resident set since it
+started, so reading it after a burst gives that process's peak during the
+burst (and start-up). A worker is a tree (the Celery main process and its pool
+children; sandbox calls' bwrap processes are short-lived and gone by then), so
+the tree's figure is the sum over its live processes: an upper bound of the
+tree's simultaneous peak, since the processes need not peak at the same time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "TreeMemory",
+    "children",
+    "cpu_seconds",
+    "tree_memory",
+    "tree_pids",
+    "vm_hwm_kib",
+]
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def vm_hwm_kib(pid: int) -> int | None:
+    """VmHWM of one process in KiB; None once it has exited."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    for line in text.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return None  # a kernel thread or a zombie: no memory of its own
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of `pid`, over all its threads."""
+    found: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        return found
+    for task in tasks:
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
+
+
+def tree_pids(root: int) -> list[int]:
+    pids: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in pids:
+            continue
+        pids.append(pid)
+        todo += children(pid)
+    return pids
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TreeMemory:
+    #: Sum of VmHWM over the tree's processes, MiB.
+    total_mib: float
+    #: The largest single process's VmHWM, MiB.
+    largest_mib: float
+    processes: int
+
+
+def tree_memory(root: int) -> TreeMemory:
+    peaks = [k for k in (vm_hwm_kib(p) for p in tree_pids(root)) if k is not None]
+    return TreeMemory(
+        total_mib=sum(peaks) / 1024,
+        largest_mib=(max(peaks) if peaks else 0) / 1024,
+        processes=len(peaks),
+    )
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of a process and of its children it has reaped (utime, stime,
+    cutime, cstime): for a sandbox worker, that includes every finished bwrap."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    # The command name (field 2) may hold spaces: split after its closing ")".
+    fields = text[text.rindex(")") + 2 :].split()
+    return sum(int(v) for v in fields[11:15]) / _TICKS

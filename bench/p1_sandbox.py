@@ -1,0 +1,186 @@
+"""P1 sandbox: one call through the full runner vs raw bwrap vs bare subprocess.
+
+Three contenders per tool, in turns in this process: `subprocess.run` of the
+command (no confinement, the floor), raw `bwrap` with the runner's namespaces
+and mounts (`bench.baselines.raw_bwrap_argv`), and
+`workers.sandbox.runner.SandboxRunner.run` (seccomp, rlimits, workspace,
+output shaping included). Tools: `/bin/true` (the sandbox's own cost) and a
+small Python tool reading JSON on stdin (a typical tool's start-up).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.baselines import SandboxLayout, bare_run, raw_bwrap_run
+from bench.context import Context
+from bench.deployment import TOOL_ECHO, TOOL_TRUE, write_package
+from bench.report import Goal, Row
+from bench.turns import WrongResult, in_turns
+
+__all__ = ["GOAL", "run"]
+
+GOAL = Goal(median_max=1.3, p99_max=1.5)
+_ECHO_ARGUMENTS = {"greeting": "hello"}
+
+
+def _build(folder: Path) -> tuple[Any, Any, dict[str, Any]]:
+    """The runner, the agent and its two tools, built from the model dataclasses."""
+    from broker.model import Agent, AgentSettings, DeclaredTool
+    from workers.sandbox.runner import SandboxRunner
+    from workers.sandbox.workspace import WorkspaceStore
+
+    package = write_package(folder)
+    data = folder / "data"
+    data.mkdir(exist_ok=True)
+    settings = AgentSettings(
+        workdir="/data",
+        tool_timeout_seconds=30,
+        tool_output_chars=20_000,
+        disk_limit_mb=256,
+        memory_limit_mb=512,
+    )
+    tools = {
+        TOOL_TRUE: DeclaredTool(
+            name=TOOL_TRUE,
+            description="does nothing",
+            parameters={"type": "object", "properties": {}},
+            scope="tools:read",
+            timeout_seconds=30,
+            source=package / "tools" / "noop.toml",
+            command=("/bin/true",),
+            input="args",
+        ),
+        TOOL_ECHO: DeclaredTool(
+            name=TOOL_ECHO,
+            description="echoes",
+            parameters={"type": "object", "properties": {}},
+            scope="tools:read",
+            timeout_seconds=30,
+            source=package / "tools" / "echo.toml",
+            command=("python3", "/agent/tools/echo.py"),
+            input="json-stdin",
+        ),
+    }
+    agent = Agent(
+        id="bench-p1",
+        package_dir=package,
+        settings=settings,
+        tools=tools,
+        mounts={"/data": data},
+        grants={},
+        max_concurrent_calls=16,
+    )
+    workspaces = folder / "workspaces"
+    workspaces.mkdir(exist_ok=True)
+    runner = SandboxRunner(WorkspaceStore(workspaces))
+    return runner, agent, tools
+
+
+def _expect_exit_zero(done: Any) -> None:
+    if done.returncode != 0:
+        raise WrongResult(f"exit {done.returncode}: {done.stderr[-300:]!r}")
+
+
+def _expect_echo(done: Any) -> None:
+    _expect_exit_zero(done)
+    if json.loads(done.stdout) != {"echo": _ECHO_ARGUMENTS}:
+        raise WrongResult(f"unexpected output {done.stdout[:200]!r}")
+
+
+def run(ctx: Context) -> list[Row]:
+    iterations_true, iterations_echo, warmup = (5, 3, 2) if ctx.quick else (400, 80, 30)
+    folder = ctx.folder / "p1"
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        runner, agent, tools = _build(folder)
+        missing = None
+    except ImportError as exc:
+        runner = agent = tools = None
+        missing = f"not measured: the sandbox runner is not importable ({exc})"
+    layout = SandboxLayout(
+        package=folder / "agents" / "bench", data=folder / "data", workspace=folder / "raw-ws"
+    )
+    layout.workspace.mkdir(exist_ok=True)
+    if not (layout.package / "tools" / "echo.py").exists():
+        write_package(folder)
+        layout.data.mkdir(exist_ok=True)
+    echo_host = ["/usr/bin/python3", str(layout.package / "tools" / "echo.py")]
+    stdin = json.dumps(_ECHO_ARGUMENTS).encode()
+    expected = {"echo": _ECHO_ARGUMENTS}
+
+    def ours(tool_name: str, arguments: dict[str, Any], expect: Any) -> None:
+        assert runner is not None and tools is not None
+        result = runner.run(
+            call_id=uuid.uuid4().hex,
+            agent=agent,
+            tool=tools[tool_name],
+            arguments=arguments,
+            turn=None,
+        )
+        if result.is_error or result.exit_code != 0:
+            raise WrongResult(f"error result: {result.output[:300]!r}")
+        if expect is not None and json.loads(result.output) != expect:
+            raise WrongResult(f"unexpected output {result.output[:200]!r}")
+
+    true_contenders: dict[str, Callable[[], object]] = {
+        "bare": lambda: _expect_exit_zero(bare_run(["/bin/true"])),
+        "raw_bwrap": lambda: _expect_exit_zero(raw_bwrap_run(["/bin/true"], layout)),
+    }
+    echo_contenders: dict[str, Callable[[], object]] = {
+        "bare": lambda: _expect_echo(bare_run(echo_host, stdin)),
+        "raw_bwrap": lambda: _expect_echo(
+            raw_bwrap_run(["python3", "/agent/tools/echo.py"], layout, stdin)
+        ),
+    }
+    if missing is None:
+        true_contenders["runner"] = lambda: ours(TOOL_TRUE, {}, None)
+        echo_contenders["runner"] = lambda: ours(TOOL_ECHO, _ECHO_ARGUMENTS, expected)
+    true_turns = in_turns(true_contenders, iterations=iterations_true, warmup=warmup)
+    echo_turns = in_turns(echo_contenders, iterations=iterations_echo, warmup=max(3, warmup // 3))
+
+    rows = []
+    for label, turns in (("/bin/true", true_turns), ("python tool", echo_turns)):
+        rows.append(
+            Row(
+                mode="P1",
+                name=f"{label}: runner vs raw bwrap",
+                unit="ms",
+                baseline_name="raw bwrap",
+                baseline_samples=turns.samples["raw_bwrap"],
+                ours_samples=turns.samples.get("runner", []),
+                goal=GOAL,
+                skipped=missing,
+                errors=turns.errors_of("raw_bwrap", "runner"),
+            )
+        )
+        rows.append(
+            Row(
+                mode="P1",
+                name=f"{label}: runner vs subprocess.run",
+                unit="ms",
+                baseline_name="subprocess.run",
+                baseline_samples=turns.samples["bare"],
+                ours_samples=turns.samples.get("runner", []),
+                skipped=missing,
+                errors=turns.errors_of("bare"),
+                notes="no goal: what confinement costs over no confinement",
+            )
+        )
+        rows.append(
+            Row(
+                mode="P1",
+                name=f"{label}: raw bwrap vs subprocess.run",
+                unit="ms",
+                baseline_name="subprocess.run",
+                ours_name="raw bwrap",
+                baseline_samples=turns.samples["bare"],
+                ours_samples=turns.samples["raw_bwrap"],
+                notes="no goal: bubblewrap's own cost, for reference (DESIGN.md: 3.3 ms)",
+            )
+        )
+    return rows

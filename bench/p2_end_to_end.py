@@ -1,0 +1,81 @@
+"""P2 end to end: one call at a time through Redis and real worker processes.
+
+Ours: `VesselClient.call` (admission, publish, worker claim, run, store,
+release, poll for the result) of the solo deployment's `/bin/true` declared
+tool and its service tool. Baselines: a raw Celery task round trip
+(`send_task(...).get()`) on a worker with the same pool and concurrency, whose
+task is a no-op (for the service call) or runs raw bwrap `/bin/true` (for the
+declared call). Each contender makes one call, waits for it, and the next goes.
+"""
+
+from __future__ import annotations
+
+from bench.baselines import RAW_QUEUE_SANDBOX, RAW_QUEUE_SERVICE, TASK_BWRAP_TRUE, TASK_NOOP
+from bench.context import Context
+from bench.deployment import TOOL_PING, TOOL_TRUE
+from bench.ours import NotAvailable, require_parts
+from bench.report import Goal, Row
+from bench.stack import WORKER_SPECS, cluster_of
+from bench.turns import WrongResult, in_turns
+
+__all__ = ["GOAL", "run"]
+
+GOAL = Goal(median_max=1.25)
+_TIMEOUT = 30.0
+_NAMES = ("declared call: ours vs raw Celery + raw bwrap", "service call: ours vs raw Celery no-op")
+
+
+def run(ctx: Context) -> list[Row]:
+    try:
+        require_parts()
+    except NotAvailable as exc:
+        return [
+            Row(mode="P2", name=n, unit="ms", goal=GOAL, skipped=f"not measured: {exc}")
+            for n in _NAMES
+        ]
+    iterations, warmup = (5, 2) if ctx.quick else (150, 15)
+    bench = cluster_of(ctx)
+    raw = bench.raw()
+    deployment, ours = bench.solo()
+    agent = deployment.agents[0]
+
+    def raw_call(task: str, queue: str, expected: object) -> None:
+        value = raw.send_task(task, queue=queue).get(timeout=_TIMEOUT)
+        if value != expected:
+            raise WrongResult(f"{task} returned {value!r}")
+
+    turns = in_turns(
+        {
+            "raw_noop": lambda: raw_call(TASK_NOOP, RAW_QUEUE_SERVICE, None),
+            "raw_bwrap": lambda: raw_call(TASK_BWRAP_TRUE, RAW_QUEUE_SANDBOX, 0),
+            "ours_sandbox": lambda: ours.call(agent, TOOL_TRUE, {}, _TIMEOUT),
+            "ours_service": lambda: ours.call(agent, TOOL_PING, {}, _TIMEOUT),
+        },
+        iterations=iterations,
+        warmup=warmup,
+    )
+    specs = {k: f"{s.pool} x{s.concurrency}" for k, s in WORKER_SPECS.items()}
+    return [
+        Row(
+            mode="P2",
+            name=_NAMES[0],
+            unit="ms",
+            baseline_name="raw Celery + raw bwrap",
+            baseline_samples=turns.samples["raw_bwrap"],
+            ours_samples=turns.samples["ours_sandbox"],
+            goal=GOAL,
+            errors=turns.errors_of("raw_bwrap", "ours_sandbox"),
+            notes=f"one worker process each, pool {specs['sandbox']}",
+        ),
+        Row(
+            mode="P2",
+            name=_NAMES[1],
+            unit="ms",
+            baseline_name="raw Celery no-op",
+            baseline_samples=turns.samples["raw_noop"],
+            ours_samples=turns.samples["ours_service"],
+            goal=GOAL,
+            errors=turns.errors_of("raw_noop", "ours_service"),
+            notes=f"one worker process each, pool {specs['service']}",
+        ),
+    ]

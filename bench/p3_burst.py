@@ -1,0 +1,187 @@
+"""P3 burst: 2,000 calls submitted at once and collected, ours vs raw Celery.
+
+Contenders, in turns (`bench.burst.run_bursts`):
+- raw Celery no-op tasks on the raw-service worker;
+- raw Celery tasks running raw bwrap `/bin/true` on the raw-sandbox worker;
+- ours: the solo agent's service tool (POST to bench.httpd) on the service worker;
+- ours: the solo agent's `/bin/true` declared tool on the sandbox worker.
+Each raw worker has the pool and concurrency of the vessel worker it is compared
+with (`bench.stack.WORKER_SPECS`, one process each).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bench.baselines import RAW_QUEUE_SANDBOX, RAW_QUEUE_SERVICE, TASK_BWRAP_TRUE, TASK_NOOP
+from bench.burst import Burst, BurstSeries, raw_burst, run_bursts
+from bench.context import Context
+from bench.deployment import TOOL_PING, TOOL_TRUE
+from bench.ours import NotAvailable, OursClient, require_parts
+from bench.report import Goal, Row
+from bench.stack import WORKER_SPECS, cluster_of
+
+__all__ = ["GOAL_SANDBOX", "GOAL_SERVICE", "BurstPlan", "burst_plan", "ours_burst", "run"]
+
+GOAL_SERVICE = Goal(median_min=0.7)
+GOAL_SANDBOX = Goal(median_min=0.5)
+_NAMES = (
+    "service burst: ours vs raw Celery no-op",
+    "sandbox burst: ours vs raw Celery no-op",
+    "sandbox burst: ours vs raw Celery + raw bwrap",
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BurstPlan:
+    calls: int
+    rounds: int
+    warmup_calls: int
+    #: Cut the burst so the slowest contender's takes about this long (None: never).
+    max_burst_seconds: float | None
+
+
+def burst_plan(ctx: Context, kind: str) -> BurstPlan:
+    """How big and how many bursts: 2,000 calls, cut to a time budget on slow machines."""
+    if ctx.quick:
+        return BurstPlan(calls=20, rounds=1, warmup_calls=5, max_burst_seconds=None)
+    if kind == "sandbox":
+        # A sandbox call is a process tree: tens of calls/s on 2 cores, so a
+        # 2,000-call burst would take minutes per round.
+        return BurstPlan(calls=2000, rounds=2, warmup_calls=50, max_burst_seconds=20)
+    return BurstPlan(calls=2000, rounds=3, warmup_calls=200, max_burst_seconds=20)
+
+
+def ours_burst(
+    client: OursClient, agents: tuple[str, ...], tool: str, watch: dict[str, int] | None = None
+) -> Burst:
+    """Calls spread round-robin over `agents`."""
+    kind = client.kind_of(agents[0], tool)
+
+    def submit(i: int) -> Any:
+        return client.submit(agents[i % len(agents)], tool, {})
+
+    return Burst(
+        submit=submit,
+        collect=lambda h, timeout: client.collect(h, kind, timeout=timeout),
+        watch=watch or {},
+    )
+
+
+def _row(
+    name: str,
+    *,
+    base: BurstSeries,
+    ours: BurstSeries,
+    base_name: str,
+    goal: Goal | None,
+    base_label: str,
+    ours_label: str,
+    notes: str,
+) -> Row:
+    return Row(
+        mode="P3",
+        name=name,
+        unit="calls/s",
+        baseline_name=base_name,
+        baseline_samples=base.throughputs,
+        ours_samples=ours.throughputs,
+        baseline_latency_ms=base.latencies_ms,
+        ours_latency_ms=ours.latencies_ms,
+        goal=goal,
+        errors=base.error_texts(base_label) + ours.error_texts(ours_label),
+        notes=f"{notes}; CPU ms per call: ours {ours.cpu_text()} | baseline {base.cpu_text()}",
+        details={
+            "calls_per_burst": ours.calls // max(1, len(ours.throughputs)),
+            "cpu_ms_per_call": {
+                "ours": ours.cpu_ms_per_call(),
+                "baseline": base.cpu_ms_per_call(),
+            },
+        },
+    )
+
+
+def run(ctx: Context) -> list[Row]:
+    try:
+        require_parts()
+    except NotAvailable as exc:
+        return [
+            Row(mode="P3", name=n, unit="calls/s", skipped=f"not measured: {exc}") for n in _NAMES
+        ]
+    bench = cluster_of(ctx)
+    raw = bench.raw()
+    deployment, ours = bench.solo()
+    service_plan, sandbox_plan = burst_plan(ctx, "service"), burst_plan(ctx, "sandbox")
+    # Two groups, each in turns: the no-op baseline bursts in both, at the
+    # group's burst size, so each ratio compares bursts of one size run in turns.
+    service_series, service_calls = run_bursts(
+        {
+            "raw_noop": raw_burst(
+                raw, TASK_NOOP, RAW_QUEUE_SERVICE, None, bench.watch("raw-service")
+            ),
+            "ours_service": ours_burst(
+                ours, deployment.agents, TOOL_PING, bench.watch("ours-solo-service")
+            ),
+        },
+        calls=service_plan.calls,
+        rounds=service_plan.rounds,
+        warmup_calls=service_plan.warmup_calls,
+        max_burst_seconds=service_plan.max_burst_seconds,
+    )
+    sandbox_series, sandbox_calls = run_bursts(
+        {
+            "raw_noop": raw_burst(
+                raw, TASK_NOOP, RAW_QUEUE_SERVICE, None, bench.watch("raw-service")
+            ),
+            "raw_bwrap": raw_burst(
+                raw, TASK_BWRAP_TRUE, RAW_QUEUE_SANDBOX, 0, bench.watch("raw-sandbox")
+            ),
+            "ours_sandbox": ours_burst(
+                ours, deployment.agents, TOOL_TRUE, bench.watch("ours-solo-sandbox")
+            ),
+        },
+        calls=sandbox_plan.calls,
+        rounds=sandbox_plan.rounds,
+        warmup_calls=sandbox_plan.warmup_calls,
+        max_burst_seconds=sandbox_plan.max_burst_seconds,
+    )
+    service, sandbox = WORKER_SPECS["service"], WORKER_SPECS["sandbox"]
+    service_setup = f"{service_calls} calls x {service_plan.rounds} rounds; one worker each"
+    sandbox_setup = f"{sandbox_calls} calls x {sandbox_plan.rounds} rounds; one worker each"
+    return [
+        _row(
+            _NAMES[0],
+            base=service_series["raw_noop"],
+            ours=service_series["ours_service"],
+            base_name="raw Celery no-op",
+            goal=GOAL_SERVICE,
+            base_label="raw_noop",
+            ours_label="ours_service",
+            notes=f"{service_setup}, pool {service.pool} x{service.concurrency} "
+            "(baseline: the same)",
+        ),
+        _row(
+            _NAMES[1],
+            base=sandbox_series["raw_noop"],
+            ours=sandbox_series["ours_sandbox"],
+            base_name="raw Celery no-op",
+            goal=GOAL_SANDBOX,
+            base_label="raw_noop",
+            ours_label="ours_sandbox",
+            notes=f"{sandbox_setup}; ours pool {sandbox.pool} x{sandbox.concurrency}, baseline "
+            f"{service.pool} x{service.concurrency}",
+        ),
+        _row(
+            _NAMES[2],
+            base=sandbox_series["raw_bwrap"],
+            ours=sandbox_series["ours_sandbox"],
+            base_name="raw Celery + raw bwrap",
+            goal=None,
+            base_label="raw_bwrap",
+            ours_label="ours_sandbox",
+            notes=f"{sandbox_setup}, pool {sandbox.pool} x{sandbox.concurrency} "
+            "(baseline: the same); "
+            "no goal: what the runner and admission cost at volume",
+        ),
+    ]

@@ -1,0 +1,330 @@
+"""Where the time of one call goes: cProfile of the hot paths, top entries printed.
+
+    python bench/profile.py [--calls N] [--only runner,client,worker] [--top K]
+
+- runner: `SandboxRunner.run` of `/bin/true`, in this process (P1's path);
+- client: `VesselClient.call` of the service tool against real workers (P2's
+  client side: admission, publish, result polling);
+- worker: the worker side of a call, `workers.tasks.run_call` (claim, run,
+  store, release, publish), profiled in a solo-pool Celery worker started in
+  this process against the bench's Redis, for a service and a declared call;
+- steps: no profiler, no worker: the steps of one service call's life done one
+  after the other in this process against a real Redis and the local server,
+  each timed (median ms per step), next to a bare Redis PING and a bare httpx
+  POST, so the cost of each step reads without profiler overhead.
+
+Each section prints wall time per call, then the top functions by own time
+and by cumulative time. (cProfile sees only the thread it is enabled in, so the
+worker section wraps `run_call` itself rather than profiling Celery's threads.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+# Run as a script, Python puts bench/ first on sys.path, where this very file
+# would shadow the standard library's `profile` that cProfile imports.
+_REPO = Path(__file__).resolve().parent.parent
+if sys.path and Path(sys.path[0]).resolve() == _REPO / "bench":
+    sys.path[0] = str(_REPO)
+
+import cProfile  # noqa: E402  (after the sys.path fix above)
+import io  # noqa: E402
+import pstats  # noqa: E402
+
+__all__ = ["main", "profile_calls"]
+
+SECTIONS = ("runner", "client", "worker", "steps")
+
+
+def profile_calls(
+    label: str, call: Callable[[], object], *, calls: int, warmup: int, top: int
+) -> str:
+    """Profile `calls` runs of `call` (after `warmup` unprofiled ones); the report text."""
+    for _ in range(warmup):
+        call()
+    profiler = cProfile.Profile()
+    started = time.perf_counter()
+    profiler.enable()
+    for _ in range(calls):
+        call()
+    profiler.disable()
+    elapsed = time.perf_counter() - started
+    return _report(label, profiler, calls=calls, elapsed=elapsed, top=top)
+
+
+def _report(label: str, profiler: cProfile.Profile, *, calls: int, elapsed: float, top: int) -> str:
+    out = io.StringIO()
+    out.write(
+        f"\n=== {label}: {calls} calls, {elapsed / calls * 1000:.2f} ms per call "
+        "(wall, profiler on)\n"
+    )
+    stats = pstats.Stats(profiler, stream=out)
+    stats.strip_dirs()
+    out.write(f"--- top {top} by own time\n")
+    stats.sort_stats("tottime").print_stats(top)
+    out.write(f"--- top {top} by cumulative time\n")
+    stats.sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
+
+
+def _runner_section(folder: Path, calls: int, top: int) -> str:
+    import uuid
+
+    from bench.deployment import TOOL_TRUE
+    from bench.p1_sandbox import _build
+
+    runner, agent, tools = _build(folder / "runner")
+
+    def one() -> None:
+        result = runner.run(
+            call_id=uuid.uuid4().hex, agent=agent, tool=tools[TOOL_TRUE], arguments={}, turn=None
+        )
+        assert not result.is_error, result.output
+
+    return profile_calls(
+        "runner: SandboxRunner.run(/bin/true)", one, calls=calls, warmup=10, top=top
+    )
+
+
+def _client_section(folder: Path, calls: int, top: int) -> str:
+    from bench.deployment import TOOL_PING
+    from bench.stack import BenchCluster
+
+    bench = BenchCluster(folder / "client")
+    try:
+        deployment, ours = bench.solo()
+        agent = deployment.agents[0]
+        return profile_calls(
+            "client: VesselClient.call(service ping), real workers",
+            lambda: ours.call(agent, TOOL_PING, {}),
+            calls=calls,
+            warmup=20,
+            top=top,
+        )
+    finally:
+        bench.close()
+
+
+def _worker_section(folder: Path, calls: int, top: int) -> str:
+    import os
+
+    from celery.contrib.testing.worker import start_worker
+
+    from bench.cluster import Cluster
+    from bench.deployment import TOOL_PING, TOOL_TRUE, write_deployment
+    from bench.ours import OursClient
+    from broker.admission import RedisAdmission
+    from broker.celery_app import make_app
+    from broker.client import longest_tool_seconds
+    from broker.config import Settings
+    from broker.queues import shared_lane
+    from workers import tasks
+    from workers.worker import build_executor
+
+    reports = []
+    with Cluster(folder / "worker") as cluster:
+        cluster.start_redis()
+        service_url = cluster.start_httpd()
+        deployment_files = write_deployment(
+            folder / "worker-deployment", agents=1, service_url=service_url
+        )
+        url = cluster.redis_url(1)
+        os.environ["VESSEL_WORKSPACE_ROOT"] = str(folder / "worker-workspaces")
+        (folder / "worker-workspaces").mkdir(exist_ok=True)
+        settings = Settings(broker_url=url, result_backend=url)
+        client = OursClient(deployment_files.path, url)
+        deployment = client.deployment
+        agent = deployment_files.agents[0]
+        for kind, tool in (("service", TOOL_PING), ("sandbox", TOOL_TRUE)):
+            app = make_app(settings, longest_tool_seconds=longest_tool_seconds(deployment))
+            executor, _ = build_executor(deployment, kind)
+            admission = RedisAdmission.from_url(url)
+            hostname = f"profile-{kind}@bench"
+            runtime = tasks.CallRuntime(
+                app=app,
+                admission=admission,
+                executor=executor,
+                deployment=deployment,
+                kind=kind,
+                hostname=hostname,
+                settings=settings,
+            )
+            tasks.register_tasks(app, runtime)
+            lane = shared_lane(kind)
+            profiler = cProfile.Profile()
+            original = tasks.run_call
+            measured = {"on": False, "seconds": 0.0, "calls": 0}
+
+            def profiled(
+                rt: object, message: dict[str, object], _orig=original, _p=profiler, _m=measured
+            ) -> str:
+                if not _m["on"]:
+                    return _orig(rt, message)
+                started = time.perf_counter()
+                _p.enable()
+                try:
+                    return _orig(rt, message)
+                finally:
+                    _p.disable()
+                    _m["seconds"] += time.perf_counter() - started
+                    _m["calls"] += 1
+
+            tasks.run_call = profiled
+            try:
+                with start_worker(
+                    app,
+                    pool="solo",
+                    concurrency=1,
+                    queues=[lane],
+                    perform_ping_check=False,
+                    loglevel="WARNING",
+                    shutdown_timeout=10,
+                ):
+                    # A long-lived capacity record: the housekeeper is not running here.
+                    from broker.client import publish
+
+                    publish(app, admission.heartbeat(kind, hostname, {lane: 1}, 600_000))
+                    for _ in range(20):
+                        client.call(agent, tool, {})
+                    measured["on"] = True
+                    started = time.perf_counter()
+                    for _ in range(calls):
+                        client.call(agent, tool, {})
+                    round_trip = (time.perf_counter() - started) / calls * 1000
+                    measured["on"] = False
+            finally:
+                tasks.run_call = original
+                admission.close()
+            per_call = measured["seconds"] / max(1, measured["calls"]) * 1000
+            text = _report(
+                f"worker: run_call({kind}), solo pool",
+                profiler,
+                calls=int(measured["calls"]),
+                elapsed=float(measured["seconds"]),
+                top=top,
+            )
+            reports.append(
+                text + f"(round trip seen by the client: {round_trip:.2f} ms; "
+                f"run_call itself: {per_call:.2f} ms)\n"
+            )
+        client.close()
+    return "".join(reports)
+
+
+def _steps_section(folder: Path, calls: int, top: int) -> str:
+    import contextlib
+    import json
+    from collections.abc import Iterator
+
+    import httpx
+
+    from bench.cluster import Cluster
+    from bench.deployment import TOOL_PING, write_deployment
+    from bench.ours import OWNER, OursClient
+    from bench.stats import summarize
+    from broker.client import publish, store_result_once
+    from broker.queues import shared_lane
+    from broker.request import CallRequest
+    from workers.worker import build_executor
+
+    with Cluster(folder / "steps") as cluster:
+        cluster.start_redis()
+        service_url = cluster.start_httpd()
+        files = write_deployment(folder / "steps-deployment", agents=1, service_url=service_url)
+        url = cluster.redis_url(1)
+        ours = OursClient(files.path, url)
+        client, deployment = ours.client, ours.deployment
+        admission, app = client.admission, client.app
+        executor, _ = build_executor(deployment, "service")
+        agent = files.agents[0]
+        lane = shared_lane("service")
+        # Capacity for the lane, as a worker's heartbeat would register it.
+        publish(app, admission.heartbeat("service", "steps@bench", {lane: 1000}, 600_000))
+        raw_http = httpx.Client()
+        times: dict[str, list[float]] = {}
+
+        @contextlib.contextmanager
+        def step(name: str) -> Iterator[None]:
+            started = time.perf_counter()
+            yield
+            times.setdefault(name, []).append((time.perf_counter() - started) * 1000)
+
+        for i in range(calls + 20):
+            with step("redis PING (reference)"):
+                admission.redis.ping()
+            with step("httpx POST (reference)"):
+                raw_http.post(service_url + "/ping", json={})
+            with step("client: submit (admission + publish)"):
+                call_id = client.submit(agent, TOOL_PING, {}, owner=OWNER).call_id
+            request = CallRequest(
+                call_id=call_id, agent=agent, tool=TOOL_PING, arguments={}, owner=OWNER
+            )
+            with step("worker: claim"):
+                admission.claim(call_id, "steps@bench", 60_000)
+            with step("worker: store STARTED"):
+                app.backend.store_result(call_id, {"hostname": "steps@bench"}, "STARTED")
+            with step("worker: cancel_requested"):
+                admission.cancel_requested(call_id)
+            with step("worker: Executor.run (ServiceCaller)"):
+                result = executor.run(request)
+            with step("worker: store_result_once"):
+                store_result_once(app, admission, result, hostname="steps@bench", ttl_seconds=3600)
+            with step("worker: release + publish"):
+                publish(app, admission.release(call_id))
+            with step("client: get_task_meta"):
+                meta = app.backend.get_task_meta(call_id)
+            assert meta["status"] == "SUCCESS", meta
+            assert json.loads(result.output) == {"ok": True}, result.output
+            if i < 20:  # warm-up
+                times.clear()
+        raw_http.close()
+        executor.service.close()
+        ours.close()
+    lines = [f"\n=== steps of one service call, {calls} calls, no profiler (median / p99 ms)"]
+    ours_total = 0.0
+    for step, values in times.items():
+        summary = summarize(values)
+        if "reference" not in step:
+            ours_total += summary.median
+        lines.append(f"  {step:42s} {summary.median:7.2f} {summary.p99:7.2f}")
+    lines.append(f"  {'sum of the medians of the steps':42s} {ours_total:7.2f}")
+    lines.append(
+        "  (the real path adds Celery delivery to the worker and the client's result polling wait)"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/profile.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=200, help="profiled calls per section")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="sections, comma-separated")
+    parser.add_argument("--top", type=int, default=20, help="functions listed per ordering")
+    args = parser.parse_args(argv)
+    wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+    sections = {
+        "runner": _runner_section,
+        "client": _client_section,
+        "worker": _worker_section,
+        "steps": _steps_section,
+    }
+    status = 0
+    with tempfile.TemporaryDirectory(prefix="vessel-profile-") as tmp:
+        for name in wanted:
+            if name not in sections:
+                parser.error(f"unknown section {name!r}; sections are {', '.join(SECTIONS)}")
+            try:
+                print(sections[name](Path(tmp), args.calls, args.top), flush=True)
+            except Exception as exc:
+                print(f"\n=== {name}: not profiled: {type(exc).__name__}: {exc}", flush=True)
+                status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+-- Queue one call and dispatch.
+-- ARGV: call_id, kind, agent, message, limit, lease_ms, record_ttl_s, turn ('' = none), max_calls
+local id, kind, agent, message = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local limit, lease_ms, ttl = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local turn, max_calls = ARGV[8], tonumber(ARGV[9])
+if redis.call('EXISTS', P .. 'meta:' .. id) == 1 or redis.call('EXISTS', P .. 'done:' .. id) == 1 then
+  return redis.error_reply('call id ' .. id .. ' is already known')
+end
+redis.call('SET', P .. 'call:' .. id, message, 'EX', ttl)
+local meta = P .. 'meta:' .. id
+redis.call('HSET', meta, 'kind', kind, 'agent', agent, 'lease_ms', lease_ms)
+redis.call('EXPIRE', meta, ttl)
+redis.call('HSET', P .. kind .. ':limit', agent, limit)
+redis.call('RPUSH', P .. kind .. ':pending:' .. agent, id)
+if turn ~= '' then
+  redis.call('SADD', P .. 'turn:' .. turn, id)
+  redis.call('EXPIRE', P .. 'turn:' .. turn, ttl)
+end
+local lane = redis.call('HGET', P .. kind .. ':where', agent)
+if not lane then
+  lane = enqueue_agent(kind, agent)
+end
+local out = {}
+dispatch(kind, lane, out, max_calls)
+return out

@@ -1,0 +1,276 @@
+"""The client API a platform calls: submit, result, call, cancel, cancel_turn.
+
+    from broker.client import VesselClient
+    from broker.loading import load_deployment
+
+    client = VesselClient(load_deployment("deployment.toml"))   # settings from the environment
+    handle = client.submit("field-guide", "species", {"habitat": "rivers"},
+                           owner="web/alice", turn="turn-42")
+    result = handle.result(timeout=60)        # a workers.result.ToolResult
+    print(result.output)                      # the text the model sees
+
+    result = client.call("records", "lookup", {"id": "A-1042"}, owner="web/alice")
+    client.cancel(handle.call_id)             # True if it was still queued or running
+    client.cancel_turn("turn-42")             # how many of the turn's calls were cancelled
+    client.close()
+
+`submit` refuses, by raising, only what the platform got wrong: an agent or tool
+the deployment does not have (`UnknownAgent`, `UnknownTool`) and an owner of
+neither form (`ValueError`). The model's arguments are never refused here:
+arguments that are not a JSON object, or do not match the tool's parameters,
+come back as a result with `outcome == "refused"` and the text the model should
+see, like any other result.
+
+A cancelled call ends with the result `[cancelled]` (`is_error`, outcome
+`"cancelled"`): a queued call gets it at once and never starts; a running one
+gets it when its process tree (or HTTP request) has been stopped on whatever
+host runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery
+
+from broker.admission import Admission, Dispatched, RedisAdmission
+from broker.celery_app import make_app
+from broker.config import Settings
+from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
+from broker.errors import CallTimeout
+from broker.model import Deployment
+from broker.owner import check_owner
+from broker.queues import TASK_NAMES
+from broker.request import CallRequest, new_call_id
+from workers.result import ToolResult
+
+__all__ = [
+    "CANCELLED_TEXT",
+    "CallHandle",
+    "VesselClient",
+    "cancelled_result",
+    "longest_tool_seconds",
+    "publish",
+    "store_result_once",
+]
+
+_log = logging.getLogger(__name__)
+
+#: What the model sees of a cancelled call.
+CANCELLED_TEXT = "[cancelled]"
+#: Who stores the result of a call cancelled while queued.
+_CLIENT_HOST = "client"
+
+
+def longest_tool_seconds(deployment: Deployment) -> float:
+    """The longest time limit of any tool: it sizes the visibility timeout."""
+    limits = [t.timeout_seconds for a in deployment.agents.values() for t in a.tools.values()]
+    return max(limits, default=DEFAULT_TOOL_TIMEOUT_SECONDS)
+
+
+def cancelled_result(request: CallRequest, *, duration_ms: float = 0.0) -> ToolResult:
+    return ToolResult(
+        call_id=request.call_id,
+        agent=request.agent,
+        tool=request.tool,
+        is_error=True,
+        output=CANCELLED_TEXT,
+        duration_ms=round(duration_ms, 3),
+        outcome="cancelled",
+    )
+
+
+def publish(app: Celery, dispatched: Iterable[Dispatched]) -> None:
+    """Send what admission let in as Celery tasks: task id = call id, queue = lane.
+
+    Never raises: if the broker is down (after kombu's own retries), the calls'
+    leases expire and the recovery sweep dispatches them again, so a failure
+    here delays calls but loses none. The caller's work (a submit, a stored
+    result) has already succeeded and must not be reported as failed.
+    """
+    items = list(dispatched)
+    if not items:
+        return
+    try:
+        with app.producer_or_acquire() as producer:
+            for item in items:
+                app.send_task(
+                    TASK_NAMES[item.kind],
+                    args=[json.loads(item.message)],
+                    task_id=item.call_id,
+                    queue=item.lane,
+                    producer=producer,
+                )
+    except Exception as exc:  # see the docstring: recovery re-dispatches them
+        _log.warning(
+            "could not publish %d calls (%s); they are dispatched again when their lease ends",
+            len(items),
+            exc,
+        )
+
+
+def store_result_once(
+    app: Celery,
+    admission: Admission,
+    result: ToolResult,
+    *,
+    hostname: str,
+    ttl_seconds: int,
+) -> bool:
+    """Store `result` unless the call already has one; True if this one was stored."""
+    if not admission.finish(result.call_id, hostname, ttl_seconds):
+        return False
+    app.backend.store_result(result.call_id, result.to_dict(), "SUCCESS")
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class CallHandle:
+    """A submitted call: its id, and a way to wait for its result."""
+
+    call_id: str
+    client: VesselClient
+
+    def result(self, timeout: float | None = None) -> ToolResult:
+        return self.client.result(self.call_id, timeout=timeout)
+
+    def cancel(self) -> bool:
+        return self.client.cancel(self.call_id)
+
+
+class VesselClient:
+    """Submits calls to the workers of `deployment` and reads their results.
+
+    `settings` default to the environment (`VESSEL_BROKER_URL`, …). `app` and
+    `admission` are for the embedded default, which shares them with its
+    in-process worker; a platform leaves them out.
+    """
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        settings: Settings | None = None,
+        *,
+        app: Celery | None = None,
+        admission: Admission | None = None,
+    ) -> None:
+        self.deployment = deployment
+        self.settings = settings or Settings.from_environ()
+        if admission is None:
+            if self.settings.broker_url is None:
+                raise ValueError(
+                    "VESSEL_BROKER_URL is not set: a client needs a broker "
+                    "(or pass the embedded default's app and admission)"
+                )
+            admission = RedisAdmission.from_url(self.settings.broker_url)
+        self.admission = admission
+        self._own_app = app is None
+        if app is None:
+            app = make_app(self.settings, longest_tool_seconds=longest_tool_seconds(deployment))
+        self.app = app
+
+    @property
+    def _ttl(self) -> int:
+        return int(self.settings.result_expires_seconds)
+
+    def submit(
+        self,
+        agent: str,
+        tool: str,
+        arguments: Any,
+        *,
+        owner: str,
+        turn: str | None = None,
+        call_id: str | None = None,
+    ) -> CallHandle:
+        """Queue one call; raises UnknownAgent, UnknownTool, or ValueError (owner)."""
+        found = self.deployment.agent(agent).tool(tool)
+        limit = self.deployment.agent(agent).max_concurrent_calls
+        request = CallRequest(
+            call_id=call_id or new_call_id(),
+            agent=agent,
+            tool=tool,
+            arguments=arguments,
+            owner=check_owner(owner),
+            turn=turn,
+        )
+        lease_ms = int((found.timeout_seconds + self.settings.lease_grace_seconds) * 1000)
+        dispatched = self.admission.submit(
+            call_id=request.call_id,
+            kind=found.kind,
+            agent=agent,
+            message=json.dumps(request.to_message()),
+            limit=limit,
+            lease_ms=lease_ms,
+            turn=turn,
+            ttl_seconds=self._ttl,
+        )
+        publish(self.app, dispatched)
+        return CallHandle(request.call_id, self)
+
+    def result(self, call_id: str, timeout: float | None = None) -> ToolResult:
+        """Wait for the call's result; CallTimeout after `timeout` seconds (None: forever)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.002
+        while True:
+            meta = self.app.backend.get_task_meta(call_id)
+            if meta.get("status") == "SUCCESS" and isinstance(meta.get("result"), dict):
+                return ToolResult.from_dict(meta["result"])
+            if deadline is not None and time.monotonic() >= deadline:
+                raise CallTimeout(f"no result for call {call_id} within {timeout} s")
+            wait = pause if deadline is None else min(pause, max(deadline - time.monotonic(), 0))
+            time.sleep(wait)
+            pause = min(pause * 2, 0.1)
+
+    def call(
+        self,
+        agent: str,
+        tool: str,
+        arguments: Any,
+        *,
+        owner: str,
+        turn: str | None = None,
+        timeout: float | None = None,
+    ) -> ToolResult:
+        """`submit` then `result`."""
+        return self.submit(agent, tool, arguments, owner=owner, turn=turn).result(timeout)
+
+    def cancel(self, call_id: str) -> bool:
+        """Cancel a queued or running call; False if it had finished or is unknown."""
+        outcome, message = self.admission.cancel(call_id, self._ttl)
+        if outcome == "queued":
+            if message is not None:
+                request = CallRequest.from_message(json.loads(message))
+            else:  # cannot happen: a queued call has its record
+                request = CallRequest(call_id=call_id, agent="", tool="", arguments=None, owner="")
+            store_result_once(
+                self.app,
+                self.admission,
+                cancelled_result(request),
+                hostname=_CLIENT_HOST,
+                ttl_seconds=self._ttl,
+            )
+        return outcome in ("queued", "signalled")
+
+    def cancel_turn(self, turn: str) -> int:
+        """Cancel every unfinished call of the turn; returns how many were cancelled."""
+        return sum(self.cancel(call_id) for call_id in self.admission.turn_calls(turn))
+
+    def end_turn(self, turn: str) -> None:
+        """The turn is over: its workspaces are removed on every sandbox host.
+
+        Its calls' results stay until they expire. Without this, a workspace
+        is removed after the workspace TTL.
+        """
+        self.admission.end_turn(turn)
+
+    def close(self) -> None:
+        """Close the connections this client opened."""
+        self.admission.close()
+        if self._own_app:
+            self.app.close()

@@ -1,0 +1,113 @@
+"""Celery queue ("lane") names, task names and Redis key names, each defined once.
+
+Lanes are a fixed set per worker kind, not one queue per agent (a worker
+naming 500 queues in every BRPOP falls from 883 to 357 tasks/s):
+
+    vessel.sandbox              shared lane of the sandbox workers
+    vessel.service              shared lane of the service workers
+    vessel.sandbox.<agent>      dedicated lane: only workers started with --agents <agent>
+    vessel.service.<agent>
+
+Which call goes next, and to which lane, is decided by admission in Redis
+(`broker.admission`); these keys are its state (all under `vessel:`):
+
+    vessel:call:<id>                  the call's message (JSON), until it has a result
+    vessel:meta:<id>                  hash: kind, agent, lease_ms, lane (once dispatched)
+    vessel:<kind>:pending:<agent>     list of the agent's queued call ids, oldest first
+    vessel:<kind>:where               hash agent -> lane, while the agent has a ring place
+                                      or is blocked at its max_concurrent_calls
+    vessel:<kind>:blocked             set of agents at their limit with calls pending
+    vessel:<kind>:limit               hash agent -> max_concurrent_calls
+    vessel:<kind>:running:<agent>     zset call id -> lease expiry (ms): the agent's slots
+    vessel:<kind>:leases              zset call id -> lease expiry (ms), all agents
+    vessel:ring:<lane>                list of agents taking turns on the lane
+    vessel:inflight:<lane>            zset call id -> lease expiry: dispatched, unfinished
+    vessel:window:<lane>              how many calls the lane may hold (live capacity), TTL
+    vessel:workers:<lane>             hash hostname -> concurrency
+    vessel:alive:<lane>               zset hostname -> heartbeat expiry (ms)
+    vessel:turn:<turn>                set of the turn's call ids (cancel_turn)
+    vessel:claim:<id>                 hostname running the call, with the lease as TTL
+    vessel:done:<id>                  set once, when the first result is stored
+    vessel:cancel:<id>                set by cancel(); checked before a call starts
+    vessel:cancel                     pub/sub channel: call ids to kill where they run, and
+                                      `end-turn:<turn>` (sandbox workers remove its workspaces)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from broker.constants import REDIS_PREFIX
+from broker.model import Tool
+
+__all__ = [
+    "CANCEL_CHANNEL",
+    "END_TURN_PREFIX",
+    "KINDS",
+    "TASK_NAMES",
+    "Kind",
+    "call_key",
+    "cancel_key",
+    "claim_key",
+    "dedicated_lane",
+    "done_key",
+    "kind_of",
+    "meta_key",
+    "shared_lane",
+    "turn_key",
+]
+
+Kind = Literal["sandbox", "service"]
+KINDS: tuple[Kind, ...] = ("sandbox", "service")
+
+#: The Celery task of each worker kind; Flower shows these names.
+TASK_NAMES: dict[Kind, str] = {
+    "sandbox": "vessel.sandbox_call",
+    "service": "vessel.service_call",
+}
+
+#: Pub/sub channel carrying the ids of calls to kill wherever they run.
+CANCEL_CHANNEL = f"{REDIS_PREFIX}cancel"
+#: On the cancel channel: the turn ended, sandbox workers remove its workspaces.
+#: Call ids are hex, so this never reads as one.
+END_TURN_PREFIX = "end-turn:"
+
+_LANE_PREFIX = "vessel."
+
+
+def kind_of(tool: Tool) -> Kind:
+    """Which worker kind runs `tool`."""
+    return tool.kind
+
+
+def shared_lane(kind: Kind) -> str:
+    return f"{_LANE_PREFIX}{kind}"
+
+
+def dedicated_lane(kind: Kind, agent: str) -> str:
+    """The lane of workers an operator dedicates to `agent` (`--agents`)."""
+    return f"{_LANE_PREFIX}{kind}.{agent}"
+
+
+def call_key(call_id: str) -> str:
+    return f"{REDIS_PREFIX}call:{call_id}"
+
+
+def meta_key(call_id: str) -> str:
+    return f"{REDIS_PREFIX}meta:{call_id}"
+
+
+def claim_key(call_id: str) -> str:
+    return f"{REDIS_PREFIX}claim:{call_id}"
+
+
+def done_key(call_id: str) -> str:
+    return f"{REDIS_PREFIX}done:{call_id}"
+
+
+def cancel_key(call_id: str) -> str:
+    return f"{REDIS_PREFIX}cancel:{call_id}"
+
+
+def turn_key(turn: str) -> str:
+    return f"{REDIS_PREFIX}turn:{turn}"

@@ -1,0 +1,144 @@
+"""SIGKILL of a whole worker (its process group) with calls in flight.
+
+Every call must get its result from the surviving worker, and no delivery may
+run a tool a second time. How runs are counted, honestly, on the host side:
+
+* service tools: the test's HTTP server records every request it receives;
+* declared tools: a tool cannot write outside its sandbox except into the turn's
+  workspace, which is a host folder (VESSEL_WORKSPACE_ROOT); the tool appends
+  its call number to `runs.log` there before doing its work.
+
+A call that was running on the killed worker has started once there (its
+request was received, its line written) and runs again, once, on the
+survivor: that is the redelivery the design promises. So for N calls with K of
+them on the killed worker we expect N + K starts, each call at most twice, and
+then no more starts at all, even after the killed worker's unacked messages
+come back from Redis (visibility timeout 3 s here): the claim and done guards
+turn those deliveries away.
+"""
+
+from __future__ import annotations
+
+import collections
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .conftest import Cluster, processes_with
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:Call to deprecated setex:DeprecationWarning"),
+]
+
+CALLS = 6
+PER_WORKER = 3
+
+
+@pytest.fixture(scope="module")
+def cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
+    # Lease = tool limit 4 s + grace 1 s; Redis gives unacked messages back after 3 s.
+    return make_cluster(
+        {"svc-crash": {}, "box-crash": {}}, timeout=4, VESSEL_VISIBILITY_TIMEOUT="3"
+    )
+
+
+def _wait(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _unacked_settled(cluster: Cluster) -> bool:
+    # kombu keeps delivered-but-unacked messages in the `unacked` hash until
+    # they are acked or restored to their queue.
+    return cluster.redis.hlen("unacked") == 0 and cluster.redis.llen("vessel.service") == 0
+
+
+def test_service_calls_of_a_killed_worker_finish_elsewhere_once(cluster: Cluster) -> None:
+    victim = cluster.start_worker("service", "-c", str(PER_WORKER), name="victim", wait=False)
+    survivor = cluster.start_worker("service", "-c", str(PER_WORKER), name="survivor", wait=False)
+    cluster.wait_registered("victim", victim)
+    cluster.wait_registered("survivor", survivor)
+    client = cluster.client()
+    handles = [
+        client.submit("svc-crash", "work", {"n": i, "sleep": 2}, owner="web/alice")
+        for i in range(CALLS)
+    ]
+    _wait(lambda: len(cluster.recorder.records) == CALLS, 20, "not every call started")
+    cluster.kill(victim)  # SIGKILL to the worker's whole process group
+    results = [h.result(timeout=40) for h in handles]
+    assert [r.outcome for r in results] == ["ok"] * CALLS
+    assert sorted(int(r.output.split('"n": ')[1].split(",")[0]) for r in results) == list(
+        range(CALLS)
+    )
+    # Let the killed worker's unacked messages come back and be turned away.
+    time.sleep(4)
+    _wait(lambda: _unacked_settled(cluster), 30, "unacked messages were never restored")
+    time.sleep(1)
+    starts = collections.Counter(r.n for r in cluster.recorder.records)
+    assert max(starts.values()) <= 2
+    assert sum(starts.values()) == CALLS + PER_WORKER, starts
+    client.close()
+    cluster.kill(survivor)
+
+
+def _runs(workspaces: Path) -> collections.Counter[str]:
+    lines = [line for log in workspaces.rglob("runs.log") for line in log.read_text().split()]
+    return collections.Counter(lines)
+
+
+def test_declared_calls_of_a_killed_worker_finish_elsewhere_once(cluster: Cluster) -> None:
+    victim = cluster.start_worker("sandbox", "-c", str(PER_WORKER), name="bvictim", wait=False)
+    survivor = cluster.start_worker("sandbox", "-c", str(PER_WORKER), name="bsurvivor", wait=False)
+    cluster.wait_registered("bvictim", victim)
+    cluster.wait_registered("bsurvivor", survivor)
+    client = cluster.client()
+    marker = "3210.5"
+    handles = [
+        client.submit(
+            "box-crash",
+            "count",
+            {"n": str(i), "sleep": 2, "marker": marker},
+            owner="web/alice",
+            turn="crash",
+        )
+        for i in range(CALLS)
+    ]
+    _wait(lambda: sum(_runs(cluster.workspaces).values()) == CALLS, 20, "not every call started")
+    cluster.kill(victim)
+    # bubblewrap's --die-with-parent: the killed worker's tools die with it;
+    # only the survivor's three remain.
+    _wait(lambda: len(processes_with(marker)) <= PER_WORKER, 5, "killed worker's tools live on")
+    results = [h.result(timeout=40) for h in handles]
+    assert [r.outcome for r in results] == ["ok"] * CALLS, [r.output for r in results]
+    time.sleep(4)
+    _wait(
+        lambda: cluster.redis.hlen("unacked") == 0 and cluster.redis.llen("vessel.sandbox") == 0,
+        30,
+        "unacked messages were never restored",
+    )
+    time.sleep(1)
+    runs = _runs(cluster.workspaces)
+    assert max(runs.values()) <= 2
+    assert sum(runs.values()) == CALLS + PER_WORKER, runs
+    _wait(lambda: processes_with(marker) == [], 5, "tool processes left behind")
+    client.close()
+    cluster.kill(survivor)
+
+
+def test_sigterm_lets_running_calls_finish(cluster: Cluster) -> None:
+    proc = cluster.start_worker("service", "-c", "2", name="graceful")
+    client = cluster.client()
+    handle = client.submit("svc-crash", "work", {"n": "graceful", "sleep": 1.5}, owner="web/a")
+    _wait(lambda: cluster.recorder.count("graceful") == 1, 20, "the call never started")
+    cluster.kill(proc, signal.SIGTERM)  # warm shutdown
+    assert proc.returncode == 0
+    result = handle.result(timeout=5)
+    assert result.outcome == "ok" and cluster.recorder.count("graceful") == 1
+    client.close()

@@ -1,0 +1,134 @@
+"""Fixtures for the sandbox tests: agents and tools built straight from the
+broker.model dataclasses (no loader), scripts written into tmp_path, and one real
+SandboxRunner per test over a workspace root in tmp_path."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.model import Agent, AgentSettings, DeclaredTool
+from workers.result import ToolResult
+from workers.sandbox.runner import SandboxRunner
+from workers.sandbox.workspace import WorkspaceStore
+
+
+@dataclass
+class Sandbox:
+    """A package folder, a data folder mounted at /data, and a runner."""
+
+    root: Path
+    package: Path
+    data: Path
+    runner: SandboxRunner
+    calls: list[float] = field(default_factory=list)
+
+    def agent_and_tool(
+        self,
+        script: str | None = None,
+        *,
+        shell: str | None = None,
+        command: tuple[str, ...] | None = None,
+        name: str = "probe",
+        input: str = "json-stdin",
+        timeout: float = 2.0,
+        output_chars: int = 2000,
+        disk_mb: int = 16,
+        memory_mb: int = 256,
+        workdir: str = "/data",
+        mounts: Mapping[str, Path] | None = None,
+        parameters: Mapping[str, Any] | None = None,
+    ) -> tuple[Agent, DeclaredTool]:
+        if script is not None:
+            (self.package / "tools").mkdir(exist_ok=True)
+            path = self.package / "tools" / f"{name}.py"
+            path.write_text(script)
+            command = ("python3", f"/agent/tools/{name}.py")
+        elif shell is not None:
+            command = ("/bin/sh", "-c", shell)
+        assert command is not None
+        tool = DeclaredTool(
+            name=name,
+            description="a test tool",
+            parameters=parameters or {"type": "object", "properties": {}},
+            scope="tools:read",
+            timeout_seconds=timeout,
+            source=self.package / "tools" / f"{name}.toml",
+            command=command,
+            input=input,  # type: ignore[arg-type]
+        )
+        agent = Agent(
+            id="test-agent",
+            package_dir=self.package,
+            settings=AgentSettings(
+                workdir=workdir,
+                tool_timeout_seconds=timeout,
+                tool_output_chars=output_chars,
+                disk_limit_mb=disk_mb,
+                memory_limit_mb=memory_mb,
+            ),
+            tools={name: tool},
+            mounts=dict(mounts) if mounts is not None else {"/data": self.data},
+            grants={},
+            max_concurrent_calls=4,
+        )
+        return agent, tool
+
+    def call(
+        self,
+        script: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        *,
+        turn: str | None = None,
+        cancel: Any = None,
+        **options: Any,
+    ) -> ToolResult:
+        agent, tool = self.agent_and_tool(script, **options)
+        started = time.monotonic()
+        try:
+            return self.runner.run(
+                call_id="call-1",
+                agent=agent,
+                tool=tool,
+                arguments=arguments or {},
+                turn=turn,
+                cancel=cancel,
+            )
+        finally:
+            self.calls.append(time.monotonic() - started)
+
+    def workspace(self, turn: str) -> Path:
+        """The host folder of a turn's workspace (/tmp/vessel inside)."""
+        return self.runner.workspaces.for_turn("test-agent", turn)
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    package = tmp_path / "package"
+    data = tmp_path / "data"
+    package.mkdir()
+    data.mkdir()
+    runner = SandboxRunner(WorkspaceStore(tmp_path / "workspaces"))
+    yield Sandbox(root=tmp_path, package=package, data=data, runner=runner)
+
+
+def _stops_growing(path: Path, *, wait: float = 0.4) -> bool:
+    def size() -> int:
+        return path.stat().st_size if path.exists() else 0
+
+    time.sleep(wait)
+    first = size()
+    time.sleep(wait)
+    return size() == first
+
+
+@pytest.fixture
+def stops_growing() -> Callable[..., bool]:
+    """`stops_growing(path)`: True if a marker a background process appends to no
+    longer grows, i.e. the process that wrote it is dead (checked from the host)."""
+    return _stops_growing

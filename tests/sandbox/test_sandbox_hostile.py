@@ -1,0 +1,649 @@
+"""The hostile catalogue: one test per escape attempt, each through the real
+runner and real bubblewrap, named for what it tries. Every attempt must fail
+inside the sandbox, and the worker (this process) must stay healthy; the last
+test checks that a normal call still works after all of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from conftest import Sandbox
+
+from workers.sandbox import cgroup
+
+pytestmark = pytest.mark.hostile
+
+SECRET = "s3cr3t-token-do-not-leak-7f3a"
+
+
+# --- network -------------------------------------------------------------------
+
+
+@pytest.fixture
+def tcp_listener() -> Iterator[socket.socket]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.2)
+    yield server
+    server.close()
+
+
+def test_network_tcp_connect_to_host_listener(
+    sandbox: Sandbox, tcp_listener: socket.socket
+) -> None:
+    port = tcp_listener.getsockname()[1]
+    script = (
+        "import socket, sys\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hi')\n"
+        "    print('CONNECTED')\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc)\n"
+    )
+    result = sandbox.call(script)
+    assert "refused" in result.output and "CONNECTED" not in result.output
+    with pytest.raises(TimeoutError):
+        tcp_listener.accept()
+
+
+def test_network_udp_to_host_socket(sandbox: Sandbox) -> None:
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    receiver.settimeout(0.3)
+    port = receiver.getsockname()[1]
+    script = (
+        "import socket\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "try:\n"
+        f"    s.sendto(b'leak', ('127.0.0.1', {port})); print('sent')\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc)\n"
+        "try:\n"
+        "    s.sendto(b'leak', ('8.8.8.8', 53)); print('sent out')\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc)\n"
+    )
+    sandbox.call(script)
+    try:
+        with pytest.raises(TimeoutError):
+            receiver.recvfrom(100)
+    finally:
+        receiver.close()
+
+
+def test_network_dns_resolve(sandbox: Sandbox) -> None:
+    script = (
+        "import socket\n"
+        "for host in ('example.com', 'pypi.org'):\n"
+        "    try:\n"
+        "        print('RESOLVED', socket.getaddrinfo(host, 443))\n"
+        "    except OSError as exc:\n"
+        "        print('failed', exc)\n"
+    )
+    result = sandbox.call(script)
+    assert "RESOLVED" not in result.output
+    assert result.output.count("failed") == 2
+
+
+def test_network_only_loopback_interface(sandbox: Sandbox) -> None:
+    result = sandbox.call("import socket; print(sorted(n for _, n in socket.if_nameindex()))")
+    assert result.output.strip() == "['lo']"
+
+
+# --- environment and /proc -------------------------------------------------------
+
+
+def test_read_worker_environment(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VESSEL_TEST_SECRET", SECRET)
+    script = (
+        "import os, glob\n"
+        "print(dict(os.environ))\n"
+        "for path in glob.glob('/proc/*/environ'):\n"
+        "    try:\n"
+        "        print(path, open(path, 'rb').read())\n"
+        "    except OSError as exc:\n"
+        "        print(path, exc)\n"
+    )
+    result = sandbox.call(script)
+    assert "VESSEL_OUTBOX" in result.output
+    assert SECRET not in result.output
+    assert "VESSEL_TEST_SECRET" not in result.output
+
+
+def test_read_proc_1_environ_and_cmdline(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VESSEL_TEST_SECRET", SECRET)
+    script = (
+        "for name in ('environ', 'cmdline'):\n"
+        "    try:\n"
+        "        print(name, open(f'/proc/1/{name}', 'rb').read())\n"
+        "    except OSError as exc:\n"
+        "        print(name, exc)\n"
+        "import os; print(os.readlink('/proc/1/cwd') if os.path.exists('/proc/1/cwd') else '-')\n"
+    )
+    result = sandbox.call(script)
+    assert "cmdline" in result.output
+    assert SECRET not in result.output
+    for host_path in (str(sandbox.root), str(sandbox.package), "/work/", "/root"):
+        assert host_path not in result.output
+
+
+def test_read_host_secret_files(sandbox: Sandbox) -> None:
+    script = (
+        "import os\n"
+        "for path in ('/etc/shadow', '/root', '/home', '/var', '/run', '/etc/ssl/private',\n"
+        "             '/proc/1/root/etc/shadow', '/sys/kernel'):\n"
+        "    print(path, os.path.exists(path))\n"
+        "print(open('/etc/passwd').read())\n"
+    )
+    result = sandbox.call(script)
+    lines = dict(line.rsplit(" ", 1) for line in result.output.splitlines() if line.startswith("/"))
+    assert set(lines.values()) == {"False"}, result.output
+    assert "root:x:0:0:root:/tmp/vessel:/bin/sh" in result.output
+
+
+@pytest.fixture
+def host_process() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(["sleep", "60"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_see_and_signal_host_process(
+    sandbox: Sandbox, host_process: subprocess.Popen[bytes]
+) -> None:
+    pid = host_process.pid
+    script = (
+        "import os, signal\n"
+        "print('pids', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+        f"for target in ({pid}, 1, -1):\n"
+        "    try:\n"
+        "        os.kill(target, signal.SIGKILL if target != 1 else 0); print('sent', target)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', target, exc)\n"
+    )
+    result = sandbox.call(script)
+    pids = json.loads(result.output.splitlines()[0].split(" ", 1)[1])
+    assert max(pids) < 10, result.output  # bwrap's init, the command and its children only
+    time.sleep(0.1)
+    assert host_process.poll() is None, "the host process was killed from inside"
+
+
+# --- writing outside the workspace ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/usr/lib/evil",
+        "/etc/evil",
+        "/agent/evil",
+        "/data/evil",
+        "/evil",
+        "/tmp/evil",
+        "/dev/shm/evil",
+    ],
+)
+def test_write_outside_workspace(sandbox: Sandbox, target: str) -> None:
+    script = (
+        "try:\n"
+        f"    open({target!r}, 'w').write('x'); print('WROTE')\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc)\n"
+    )
+    result = sandbox.call(script)
+    assert "refused" in result.output and "WROTE" not in result.output
+    assert not (sandbox.package / "evil").exists()
+    assert not (sandbox.data / "evil").exists()
+
+
+# --- sessions, process groups and background processes ---------------------------------
+
+
+@pytest.mark.parametrize("call", ["os.setsid()", "os.setpgid(0, 0)", "os.setpgrp()"])
+def test_new_session_or_process_group(sandbox: Sandbox, call: str) -> None:
+    script = (
+        "import os\n"
+        "try:\n"
+        f"    {call}; print('ESCAPED')\n"
+        "except PermissionError as exc:\n"
+        "    print('EPERM', exc.errno)\n"
+    )
+    assert sandbox.call(script).output == "EPERM 1\n"
+
+
+def test_setsid_command_line_tool(sandbox: Sandbox) -> None:
+    result = sandbox.call(shell="setsid sleep 0 && echo ESCAPED || echo refused")
+    assert "ESCAPED" not in result.output
+
+
+def test_nohup_background_escape(sandbox: Sandbox, stops_growing: Callable[..., bool]) -> None:
+    loop = "while :; do echo x >> /tmp/vessel/marker; sleep 0.05; done"
+    result = sandbox.call(
+        shell=f"nohup sh -c '{loop}' >/dev/null 2>&1 & sleep 0.3; echo started", turn="bg"
+    )
+    assert result.output == "started\n" and result.outcome == "ok"
+    marker = sandbox.workspace("bg") / "marker"
+    assert marker.exists()
+    assert stops_growing(marker)
+
+
+def test_double_fork_escape(sandbox: Sandbox, stops_growing: Callable[..., bool]) -> None:
+    script = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    try:\n"
+        "        os.setsid()\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "    if os.fork() == 0:\n"
+        "        os.close(1); os.close(2)\n"
+        "        signal_ignored = __import__('signal').signal(1, __import__('signal').SIG_IGN)\n"
+        "        while True:\n"
+        "            open('/tmp/vessel/marker', 'a').write('x'); time.sleep(0.05)\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.3)\n"
+        "print('parent done')\n"
+    )
+    result = sandbox.call(script, turn="df")
+    assert result.output == "parent done\n"
+    marker = sandbox.workspace("df") / "marker"
+    assert marker.exists()
+    assert stops_growing(marker)
+
+
+def test_grandchild_still_running_at_timeout(
+    sandbox: Sandbox, stops_growing: Callable[..., bool]
+) -> None:
+    loop = "while :; do echo x >> /tmp/vessel/marker; sleep 0.05; done"
+    started = time.monotonic()
+    result = sandbox.call(shell=f"sh -c '{loop}' & sh -c '{loop}' & wait", timeout=1, turn="gc")
+    elapsed = time.monotonic() - started
+    assert result.output == "[timed out after 1 s]"
+    assert result.outcome == "timeout" and result.is_error and result.exit_code is None
+    assert elapsed < 3.0, elapsed  # 1 s timeout + kill + teardown, on a loaded host
+    marker = sandbox.workspace("gc") / "marker"
+    assert marker.exists()
+    assert stops_growing(marker)
+
+
+def _host_process_count() -> int:
+    return sum(1 for p in os.listdir("/proc") if p.isdigit())
+
+
+@pytest.mark.slow
+def test_fork_bomb(sandbox: Sandbox) -> None:
+    before = _host_process_count()
+    started = time.monotonic()
+    result = sandbox.call(shell="bomb() { bomb | bomb & }; bomb; sleep 5", timeout=2)
+    elapsed = time.monotonic() - started
+    assert result.is_error
+    assert elapsed < 5, elapsed
+    time.sleep(0.3)
+    assert _host_process_count() < before + 20
+    assert subprocess.run(["true"], check=False).returncode == 0  # the worker can still fork
+
+
+@pytest.mark.slow
+def test_fork_bomb_python(sandbox: Sandbox) -> None:
+    script = (
+        "import os, time\n"
+        "n = 0\n"
+        "for _ in range(100000):\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(30); os._exit(0)\n"
+        "        n += 1\n"
+        "    except OSError as exc:\n"
+        "        print('fork refused after', n, exc); break\n"
+    )
+    # Ends as soon as the cap is hit; the long timeout only matters on a loaded host.
+    result = sandbox.call(script, timeout=8)
+    if "pids" in sandbox.runner.cgroup_controllers:
+        assert "fork refused after" in result.output, result.output
+        assert int(result.output.split()[3]) < cgroup.PIDS_MAX
+    assert subprocess.run(["true"], check=False).returncode == 0
+
+
+# --- memory, disk, files, output -----------------------------------------------------------
+
+
+def test_memory_hog(sandbox: Sandbox) -> None:
+    script = (
+        "chunks = []\n"
+        "try:\n"
+        "    for _ in range(64):\n"
+        "        chunks.append(bytearray(64 * 1024 * 1024))\n"
+        "    print('ALLOCATED 4 GiB')\n"
+        "except MemoryError:\n"
+        "    print('MemoryError after', len(chunks) * 64, 'MiB')\n"
+    )
+    result = sandbox.call(script, memory_mb=256)
+    assert "ALLOCATED" not in result.output
+    assert "MemoryError" in result.output or "killed by signal" in result.output
+
+
+@pytest.mark.slow
+def test_memory_hog_in_many_processes(sandbox: Sandbox) -> None:
+    # Each child stays under RLIMIT_DATA; together they pass memory_limit_mb.
+    script = (
+        "import os, time\n"
+        "for _ in range(6):\n"
+        "    if os.fork() == 0:\n"
+        "        try:\n"
+        "            b = bytearray(150 * 1024 * 1024)\n"
+        "            for i in range(0, len(b), 4096): b[i] = 1\n"
+        "        except MemoryError:\n"
+        "            pass\n"
+        "        time.sleep(3); os._exit(0)\n"
+        "time.sleep(1.5)\n"
+        "print('survivors', len(os.listdir('/proc')))\n"
+    )
+    result = sandbox.call(script, memory_mb=256, timeout=3)
+    assert subprocess.run(["true"], check=False).returncode == 0
+    assert result.outcome in {"ok", "error", "timeout"}
+
+
+def test_single_file_over_the_size_cap(sandbox: Sandbox) -> None:
+    script = (
+        "try:\n"
+        "    with open('/tmp/vessel/big', 'wb') as f:\n"
+        "        for _ in range(20):\n"
+        "            f.write(b'x' * 1024 * 1024)\n"
+        "    print('WROTE 20 MiB')\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc)\n"
+    )
+    result = sandbox.call(script, disk_mb=4, turn="big")
+    assert "File too large" in result.output, result.output
+    assert (sandbox.workspace("big") / "big").stat().st_size <= 4 * 1024 * 1024
+
+
+def test_disk_hog_with_dd(sandbox: Sandbox) -> None:
+    result = sandbox.call(
+        shell="dd if=/dev/zero of=$HOME/hog bs=1M count=100", disk_mb=4, turn="dd"
+    )
+    assert result.is_error
+    assert "SIGXFSZ" in result.output or "File too large" in result.output, result.output
+    assert (sandbox.workspace("dd") / "hog").stat().st_size <= 4 * 1024 * 1024
+
+
+def test_five_thousand_open_files(sandbox: Sandbox) -> None:
+    script = (
+        "import resource\n"
+        "files = []\n"
+        "try:\n"
+        "    for i in range(5000):\n"
+        "        files.append(open('/dev/null'))\n"
+        "    print('OPENED 5000')\n"
+        "except OSError as exc:\n"
+        "    print('stopped at', len(files), exc.errno)\n"
+        "del files\n"
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE))\n"
+    )
+    result = sandbox.call(script)
+    assert "OPENED" not in result.output
+    first = result.output.splitlines()[0].split()
+    assert first[0] == "stopped" and int(first[2]) < 4096 and first[3] == "24"  # EMFILE
+    assert "(4096, 4096)" in result.output
+
+
+def test_raise_own_limits(sandbox: Sandbox) -> None:
+    script = (
+        "import resource\n"
+        "try:\n"
+        "    resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536)); print('RAISED')\n"
+        "except (ValueError, OSError) as exc:\n"
+        "    print('refused', exc)\n"
+    )
+    assert "refused" in sandbox.call(script).output
+
+
+def test_core_dump(sandbox: Sandbox) -> None:
+    result = sandbox.call("import os; os.abort()", turn="core")
+    assert "SIGABRT" in result.output
+    assert not any("core" in p.name for p in sandbox.workspace("core").iterdir())
+
+
+@pytest.mark.slow
+def test_output_flood_100_mb(sandbox: Sandbox) -> None:
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    script = (
+        "import sys\n"
+        "line = b'a' * 1023 + b'\\n'\n"
+        "for _ in range(100 * 1000):\n"
+        "    sys.stdout.buffer.write(line)\n"
+    )
+    started = time.monotonic()
+    result = sandbox.call(script, timeout=20, output_chars=1000)
+    elapsed = time.monotonic() - started
+    peak_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert elapsed < 10, elapsed
+    assert result.output.startswith("a" * 1000)
+    assert result.outcome == "killed"  # 100 MB passes the 64 MiB hard cap
+    assert "[output passed 64 MiB: the tool was killed]" in result.output
+    assert result.dropped_chars >= 64 * 1024 * 1024 - 1000
+    assert f"[{result.dropped_chars} characters dropped]" in result.output
+    assert peak_after - peak_before < 50 * 1024  # KiB: nothing near 100 MB was kept
+
+
+def test_output_flood_of_invalid_utf8(sandbox: Sandbox) -> None:
+    result = sandbox.call("import sys; sys.stdout.buffer.write(b'\\xff\\xfe' * 50000)")
+    assert result.output.startswith("\ufffd" * 100)
+    assert result.dropped_chars == 100000 - 2000
+
+
+# --- the outbox ---------------------------------------------------------------------------
+
+
+def test_outbox_symlink_to_host_file(sandbox: Sandbox) -> None:
+    secret = sandbox.root / "host-secret.txt"
+    secret.write_text(SECRET)
+    script = (
+        "import os, sys\n"
+        "box = os.environ['VESSEL_OUTBOX']\n"
+        f"os.symlink({str(secret)!r}, box + '/leak')\n"
+        "os.symlink('/etc/passwd', box + '/passwd')\n"
+        "os.mkdir(box + '/d'); os.symlink('/', box + '/d/root')\n"
+        "os.mkfifo(box + '/fifo')\n"
+        "open(box + '/ok.txt', 'w').write('fine')\n"
+    )
+    result = sandbox.call(script)
+    assert [f.name for f in result.files] == ["ok.txt"]
+    assert set(result.skipped_files) == {"leak", "passwd", "d/root", "fifo"}
+    assert SECRET not in json.dumps(result.to_dict())
+
+
+def test_outbox_replaced_by_symlink(sandbox: Sandbox) -> None:
+    script = (
+        "import os, shutil\n"
+        "shutil.rmtree(os.environ['VESSEL_OUTBOX'])\n"
+        "os.symlink('/agent', os.environ['VESSEL_OUTBOX'])\n"
+    )
+    (sandbox.package / "private.txt").write_text(SECRET)
+    result = sandbox.call(script)
+    assert result.files == ()
+    assert SECRET not in json.dumps(result.to_dict())
+
+
+# --- terminal, IPC, sockets, tracing, namespaces -------------------------------------------
+
+
+def test_tiocsti_terminal_injection(sandbox: Sandbox) -> None:
+    script = (
+        "import ctypes, os, termios\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_char_p]\n"
+        "master, slave = os.openpty()\n"
+        "for request in (termios.TIOCSTI, termios.TIOCSTI | (1 << 32), 0x541C):\n"
+        "    for fd in (slave, 0, 1):\n"
+        "        rc = libc.ioctl(fd, request, b'x')\n"
+        "        print(hex(request), fd, rc, ctypes.get_errno())\n"
+    )
+    result = sandbox.call(script)
+    lines = result.output.splitlines()
+    assert len(lines) == 9, result.output
+    for line in lines:
+        _, _, rc, err = line.split()
+        assert rc == "-1" and err == "1", result.output  # EPERM from the filter
+
+
+def test_shared_memory_and_message_queues(sandbox: Sandbox) -> None:
+    script = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "def check(name, rc):\n"
+        "    print(name, rc, ctypes.get_errno())\n"
+        "check('shmget', libc.shmget(0, 4096, 0o1600))\n"
+        "check('shmat', ctypes.c_long(libc.shmat(0, None, 0)).value)\n"
+        "check('msgget', libc.msgget(0, 0o1600))\n"
+        "check('semget', libc.semget(0, 1, 0o1600))\n"
+        "check('mq_open', libc.syscall(240, b'q', 0o100 | 2, 0o600, None))\n"
+        "try:\n"
+        "    from multiprocessing import shared_memory\n"
+        "    shared_memory.SharedMemory(create=True, size=4096); print('POSIX shm OK')\n"
+        "except OSError as exc:\n"
+        "    print('posix shm refused', exc.errno)\n"
+    )
+    result = sandbox.call(script)
+    lines = result.output.splitlines()
+    for line in lines[:5]:
+        _, rc, err = line.split()
+        assert rc == "-1" and err == "1", result.output
+    assert "POSIX shm OK" not in result.output
+
+
+def test_af_unix_socket_file(sandbox: Sandbox) -> None:
+    script = (
+        "import socket, os\n"
+        "for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):\n"
+        "    try:\n"
+        "        s = socket.socket(socket.AF_UNIX, kind); s.bind('/tmp/vessel/sock')\n"
+        "        print('BOUND')\n"
+        "    except OSError as exc:\n"
+        "        print('refused', exc.errno)\n"
+        "try:\n"
+        "    socket.socket(socket.AF_UNIX).bind('\\0abstract'); print('BOUND abstract')\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc.errno)\n"
+        "a, b = socket.socketpair(); a.send(b'ok'); print('socketpair', b.recv(2))\n"
+    )
+    result = sandbox.call(script, turn="sock")
+    assert result.output == "refused 1\nrefused 1\nrefused 1\nsocketpair b'ok'\n"
+    assert not (sandbox.workspace("sock") / "sock").exists()
+
+
+def test_ptrace(sandbox: Sandbox) -> None:
+    script = (
+        "import ctypes, os, time\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    time.sleep(2); os._exit(0)\n"
+        "print('attach', libc.ptrace(16, child, None, None), ctypes.get_errno())\n"
+        "print('traceme', libc.ptrace(0, 0, None, None), ctypes.get_errno())\n"
+        "os.kill(child, 9)\n"
+    )
+    assert sandbox.call(script).output == "attach -1 1\ntraceme -1 1\n"
+
+
+@pytest.mark.parametrize(
+    "shell",
+    [
+        "unshare -U true",
+        "unshare -r true",
+        "unshare -n true",
+        "unshare -m true",
+    ],
+)
+def test_new_namespaces(sandbox: Sandbox, shell: str) -> None:
+    result = sandbox.call(shell=f"{shell} && echo ESCAPED")
+    assert "ESCAPED" not in result.output and result.is_error
+
+
+def test_clone_with_namespace_flags(sandbox: Sandbox) -> None:
+    script = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for flag in (0x10000000, 0x40000000, 0x20000000, 0x00020000):\n"
+        "    rc = libc.syscall(56, ctypes.c_ulong(flag | 17), None, None, None, None)\n"
+        "    if rc == 0:\n"
+        "        os._exit(0)\n"
+        "    print(hex(flag), rc, ctypes.get_errno())\n"
+        "print('clone3', libc.syscall(435, None, 0), ctypes.get_errno())\n"
+    )
+    lines = sandbox.call(script).output.splitlines()
+    assert [line.split()[1:] for line in lines] == [["-1", "1"]] * 4 + [["-1", "38"]]
+
+
+def test_capabilities_are_gone(sandbox: Sandbox) -> None:
+    result = sandbox.call(
+        shell="grep -E '^(Cap(Eff|Prm|Bnd)|NoNewPrivs|Seccomp):' /proc/self/status"
+    )
+    assert result.output.split() == [
+        "CapPrm:", "0000000000000000",
+        "CapEff:", "0000000000000000",
+        "CapBnd:", "0000000000000000",
+        "NoNewPrivs:", "1",
+        "Seccomp:", "2",
+    ]  # fmt: skip
+
+
+def test_mount_and_chroot(sandbox: Sandbox) -> None:
+    script = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.mount(b'none', b'/tmp/vessel', b'tmpfs', 0, None), ctypes.get_errno())\n"
+        "print(libc.umount2(b'/agent', 2), ctypes.get_errno())\n"
+        "print(libc.chroot(b'/tmp'), ctypes.get_errno())\n"
+    )
+    assert sandbox.call(script).output == "-1 1\n-1 1\n-1 1\n"
+
+
+def test_other_kernel_surfaces(sandbox: Sandbox) -> None:
+    script = (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for name, nr, args in [\n"
+        "    ('bpf', 321, (0, 0, 0)), ('perf_event_open', 298, (0, 0, -1, -1, 0)),\n"
+        "    ('userfaultfd', 323, (0,)), ('keyctl', 250, (0, 0)),\n"
+        "    ('add_key', 248, (b'user', b'k', b'v', 1, 0)),\n"
+        "    ('personality', 135, (0x0040000,)), ('io_uring_setup', 425, (1, 0)),\n"
+        "]:\n"
+        "    print(name, libc.syscall(nr, *args), ctypes.get_errno())\n"
+        "print('personality query', libc.syscall(135, ctypes.c_ulong(0xffffffff)) >= 0)\n"
+    )
+    result = sandbox.call(script)
+    lines = result.output.splitlines()
+    for line in lines[:-1]:
+        _, rc, err = line.split()
+        assert (rc, err) == ("-1", "1"), result.output
+    assert lines[-1] == "personality query True"
+
+
+def test_signal_worker_via_pid_guess(sandbox: Sandbox) -> None:
+    # The worker's own pid, as the test knows it, means nothing inside.
+    script = (
+        "import os, signal\n"
+        f"try:\n    os.kill({os.getpid()}, signal.SIGTERM); print('SENT')\n"
+        "except ProcessLookupError:\n    print('no such process')\n"
+    )
+    assert sandbox.call(script).output == "no such process\n"
+
+
+# --- after the catalogue -----------------------------------------------------------------
+
+
+def test_zz_runner_still_works_after_the_catalogue(sandbox: Sandbox) -> None:
+    result = sandbox.call("import json, sys; print(json.load(sys.stdin)['x'] * 2)", {"x": 21})
+    assert (result.outcome, result.output) == ("ok", "42\n")
+    assert signal.getsignal(signal.SIGCHLD) in (signal.SIG_DFL, None)

@@ -1,0 +1,451 @@
+"""The runner's parts and rules one at a time: outbox caps, workspaces and their
+TTL, output cutting, timeout and exit texts, cancel, the output hard cap,
+concurrency, and the confinement probe."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import Sandbox
+
+from workers.sandbox import bwrap, cgroup, limits, outbox, probe, process, runner, seccomp
+from workers.sandbox import workspace as workspace_module
+from workers.sandbox.outbox import collect_outbox, ensure_mount_point
+from workers.sandbox.runner import SandboxRunner, format_seconds, timed_out_text
+from workers.sandbox.workspace import WorkspaceStore, default_workspace_root
+
+# --- outbox -------------------------------------------------------------------------------
+
+
+def test_outbox_reads_regular_files_with_relative_names(tmp_path: Path) -> None:
+    box = tmp_path / "outbox"
+    (box / "a" / "b").mkdir(parents=True)
+    (box / "top.txt").write_bytes(b"top")
+    (box / "a" / "b" / "deep.bin").write_bytes(b"\x00\x01")
+    got = collect_outbox(box)
+    assert [f.name for f in got.files] == ["a/b/deep.bin", "top.txt"]
+    deep = got.files[0]
+    assert deep.size == 2
+    assert deep.sha256 == hashlib.sha256(b"\x00\x01").hexdigest()
+    assert base64.b64decode(deep.content_base64) == b"\x00\x01"
+    assert got.skipped == ()
+
+
+def test_outbox_total_cap_skips_and_names_files(tmp_path: Path) -> None:
+    box = tmp_path / "outbox"
+    box.mkdir()
+    (box / "1.bin").write_bytes(b"x" * 600)
+    (box / "2.bin").write_bytes(b"x" * 600)
+    (box / "3.bin").write_bytes(b"x" * 300)
+    got = collect_outbox(box, cap_bytes=1000)
+    assert [f.name for f in got.files] == ["1.bin", "3.bin"]
+    assert got.skipped == ("2.bin",)
+
+
+def test_outbox_skips_links_fifos_and_sockets(tmp_path: Path) -> None:
+    box = tmp_path / "outbox"
+    box.mkdir()
+    secret = tmp_path / "secret"
+    secret.write_text("secret")
+    (box / "link").symlink_to(secret)
+    (box / "dirlink").symlink_to(tmp_path)
+    os.mkfifo(box / "fifo")
+    os.link(secret, box / "hardlink")  # a hard link is a regular file the tool could make
+    got = collect_outbox(box)
+    assert set(got.skipped) == {"link", "dirlink", "fifo"}
+    assert [f.name for f in got.files] == ["hardlink"]
+
+
+def test_outbox_missing_or_a_link_returns_nothing(tmp_path: Path) -> None:
+    assert collect_outbox(tmp_path / "absent").files == ()
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "f").write_text("f")
+    (tmp_path / "outbox").symlink_to(tmp_path / "real")
+    assert collect_outbox(tmp_path / "outbox").files == ()
+
+
+def test_outbox_mount_point_replaces_links_and_keeps_folders(tmp_path: Path) -> None:
+    point = tmp_path / "outbox"
+    point.symlink_to("/etc")
+    ensure_mount_point(point)
+    assert point.is_dir() and not point.is_symlink()
+    (point / "keep").write_text("x")
+    ensure_mount_point(point)  # a folder is never removed: it may be a live mount point
+    assert (point / "keep").exists()
+
+
+def test_parallel_calls_of_one_turn_keep_their_own_outbox(sandbox: Sandbox) -> None:
+    script = (
+        "import json, os, sys, time\n"
+        "n = json.load(sys.stdin)['n']\n"
+        "box = os.environ['VESSEL_OUTBOX']\n"
+        "open(f'{box}/{n}.txt', 'w').write(str(n))\n"
+        "time.sleep(0.5)\n"
+        "print(sorted(os.listdir(box)))\n"
+    )
+    agent, tool = sandbox.agent_and_tool(script)
+    results: dict[int, tuple[str, list[str]]] = {}
+
+    def one(n: int) -> None:
+        r = sandbox.runner.run(
+            call_id=f"c{n}", agent=agent, tool=tool, arguments={"n": n}, turn="t"
+        )
+        results[n] = (r.output, [f.name for f in r.files])
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {n: (f"['{n}.txt']\n", [f"{n}.txt"]) for n in range(3)}
+    assert list((sandbox.runner.workspaces.root / ".outbox").iterdir()) == []
+
+
+def test_outbox_files_do_not_carry_over_between_calls(sandbox: Sandbox) -> None:
+    write = "import os; open(os.environ['VESSEL_OUTBOX'] + '/f.txt', 'w').write('1')"
+    assert [f.name for f in sandbox.call(write, turn="t").files] == ["f.txt"]
+    assert sandbox.call("print('no files')", turn="t").files == ()
+
+
+def test_outbox_cap_through_the_runner(sandbox: Sandbox) -> None:
+    sandbox.runner = SandboxRunner(sandbox.runner.workspaces, outbox_cap_bytes=1024)
+    script = (
+        "import os\n"
+        "box = os.environ['VESSEL_OUTBOX']\n"
+        "open(box + '/big', 'wb').write(b'x' * 2048)\n"
+        "open(box + '/small', 'wb').write(b'x' * 10)\n"
+    )
+    result = sandbox.call(script)
+    assert [f.name for f in result.files] == ["small"]
+    assert result.skipped_files == ("big",)
+
+
+# --- workspaces ---------------------------------------------------------------------------
+
+
+def test_workspace_per_turn_mode_0700(tmp_path: Path) -> None:
+    store = WorkspaceStore(tmp_path / "root")
+    first = store.for_turn("agent-a", "turn-1")
+    assert store.for_turn("agent-a", "turn-1") == first
+    assert store.for_turn("agent-a", "turn-2") != first
+    assert store.for_turn("agent-b", "turn-1") != first
+    for path in (tmp_path / "root", tmp_path / "root" / "agent-a", first):
+        assert (path.stat().st_mode & 0o777) == 0o700
+
+
+def test_workspace_turn_ids_never_become_paths(tmp_path: Path) -> None:
+    store = WorkspaceStore(tmp_path / "root")
+    path = store.for_turn("agent-a", "../../etc")
+    assert path.parent == tmp_path / "root" / "agent-a"
+    with pytest.raises(ValueError):
+        store.for_turn("../x", "t")
+
+
+def test_one_call_workspace_is_fresh_and_removed_after_the_call(sandbox: Sandbox) -> None:
+    result = sandbox.call("import os; print(os.listdir('/tmp/vessel'))")
+    assert result.output == "['outbox']\n"
+    agent_dir = sandbox.runner.workspaces.root / "test-agent"
+    assert list(agent_dir.iterdir()) == []
+
+
+def test_end_turn_removes_the_workspace(tmp_path: Path) -> None:
+    store = WorkspaceStore(tmp_path / "root")
+    path = store.for_turn("agent-a", "t")
+    (path / "sub").mkdir()
+    (path / "sub" / "f").write_text("x")
+    os.chmod(path / "sub", 0o000)  # a tool may leave an unreadable folder
+    store.end_turn("agent-a", "t")
+    assert not path.exists()
+    store.end_turn("agent-a", "t")  # twice is fine
+
+
+def test_sweep_removes_only_idle_workspaces(tmp_path: Path) -> None:
+    store = WorkspaceStore(tmp_path / "root", ttl_seconds=60)
+    idle = store.for_turn("agent-a", "old")
+    fresh = store.for_turn("agent-a", "new")
+    past = time.time() - 120
+    os.utime(idle, (past, past))
+    assert store.sweep() == 1
+    assert not idle.exists() and fresh.exists()
+    assert store.sweep() == 0
+
+
+def test_using_a_workspace_refreshes_its_ttl(tmp_path: Path) -> None:
+    store = WorkspaceStore(tmp_path / "root", ttl_seconds=60)
+    path = store.for_turn("agent-a", "t")
+    past = time.time() - 120
+    os.utime(path, (past, past))
+    store.for_turn("agent-a", "t")
+    assert store.sweep() == 0
+
+
+def test_default_workspace_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("VESSEL_WORKSPACE_ROOT", str(tmp_path))
+    assert default_workspace_root() == tmp_path
+    monkeypatch.delenv("VESSEL_WORKSPACE_ROOT")
+    assert default_workspace_root() == workspace_module.DEFAULT_WORKSPACE_ROOT
+
+
+# --- what the model sees --------------------------------------------------------------------
+
+
+def test_output_cut_with_the_dropped_note(sandbox: Sandbox) -> None:
+    result = sandbox.call("print('x' * 5000)", output_chars=1000)
+    assert result.output == "x" * 1000 + "\n[4001 characters dropped]"
+    assert result.dropped_chars == 4001
+    assert not result.is_error
+
+
+def test_output_exactly_at_the_limit_is_not_cut(sandbox: Sandbox) -> None:
+    result = sandbox.call("import sys; sys.stdout.write('y' * 1000)", output_chars=1000)
+    assert result.output == "y" * 1000 and result.dropped_chars == 0
+
+
+def test_empty_output_becomes_exit_code(sandbox: Sandbox) -> None:
+    result = sandbox.call(shell="exit 3")
+    assert (result.output, result.exit_code, result.is_error) == ("[exit code 3]", 3, True)
+    assert result.outcome == "error"
+    ok = sandbox.call(shell="true")
+    assert (ok.output, ok.exit_code, ok.is_error) == ("[exit code 0]", 0, False)
+
+
+def test_nonzero_exit_with_output_is_an_error(sandbox: Sandbox) -> None:
+    result = sandbox.call(shell="echo oops; exit 2")
+    assert (result.output, result.is_error, result.exit_code) == ("oops\n", True, 2)
+
+
+def test_killed_by_a_signal_says_which(sandbox: Sandbox) -> None:
+    result = sandbox.call("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert result.is_error and result.exit_code == 128 + 11
+    assert result.output == "[exit code 139]\n[killed by signal SIGSEGV]"
+
+
+def test_missing_command_is_reported_without_host_paths(sandbox: Sandbox) -> None:
+    result = sandbox.call(command=("no-such-tool", "--x"))
+    assert result.is_error and "no-such-tool" in result.output
+    assert str(sandbox.root) not in result.output
+
+
+def test_missing_mount_source_is_reported_without_host_paths(sandbox: Sandbox) -> None:
+    gone = sandbox.root / "gone"
+    result = sandbox.call(shell="true", mounts={"/data": gone})
+    assert result.is_error and result.outcome == "error"
+    assert str(sandbox.root) not in result.output, result.output
+
+
+def test_format_seconds_like_the_seed() -> None:
+    assert format_seconds(2.0) == "2"
+    assert format_seconds(30) == "30"
+    assert format_seconds(1.5) == "1.5"
+    assert timed_out_text(2.0) == "[timed out after 2 s]"
+
+
+def test_timeout_text_and_prompt_return(sandbox: Sandbox) -> None:
+    started = time.monotonic()
+    result = sandbox.call(shell="echo partial; sleep 30", timeout=1)
+    assert time.monotonic() - started < 3.0
+    assert result.output == "[timed out after 1 s]"
+    assert (result.outcome, result.is_error, result.exit_code) == ("timeout", True, None)
+
+
+def test_fractional_timeout_text(sandbox: Sandbox) -> None:
+    assert sandbox.call(shell="sleep 30", timeout=0.5).output == "[timed out after 0.5 s]"
+
+
+def test_timeout_while_output_stays_open_without_writes(sandbox: Sandbox) -> None:
+    # The tool closes nothing and writes nothing: only the deadline ends it.
+    script = "import time\nwhile True: time.sleep(1)"
+    assert sandbox.call(script, timeout=1).outcome == "timeout"
+
+
+def test_tool_that_never_reads_a_large_stdin(sandbox: Sandbox) -> None:
+    big = {"blob": "z" * 2_000_000}
+    result = sandbox.call(shell="echo ignored input", arguments=big)
+    assert result.output == "ignored input\n" and result.outcome == "ok"
+
+
+def test_large_stdin_is_delivered_whole(sandbox: Sandbox) -> None:
+    big = {"blob": "z" * 2_000_000}
+    result = sandbox.call("import json, sys; print(len(json.load(sys.stdin)['blob']))", big)
+    assert result.output == "2000000\n"
+
+
+def test_output_hard_cap_kills_and_says_so(sandbox: Sandbox) -> None:
+    sandbox.runner = SandboxRunner(sandbox.runner.workspaces, output_hard_cap_bytes=1024 * 1024)
+    started = time.monotonic()
+    result = sandbox.call("import sys\nwhile True: sys.stdout.write('f' * 65536)", timeout=10)
+    assert time.monotonic() - started < 5
+    assert result.outcome == "killed" and result.is_error and result.exit_code is None
+    assert result.output.endswith("\n[output passed 1 MiB: the tool was killed]")
+    assert result.dropped_chars >= 1024 * 1024 - 2000
+
+
+# --- cancel ---------------------------------------------------------------------------------
+
+
+def test_cancel_from_another_thread_kills_the_tree(
+    sandbox: Sandbox, stops_growing: Callable[..., bool]
+) -> None:
+    loop = "while :; do echo x >> /tmp/vessel/marker; sleep 0.05; done"
+    cancel = threading.Event()
+    marker = sandbox.workspace("cancel") / "marker"
+
+    def set_later() -> None:
+        deadline = time.monotonic() + 5
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cancel.set()
+        set_at.append(time.monotonic())
+
+    set_at: list[float] = []
+    setter = threading.Thread(target=set_later)
+    setter.start()
+    result = sandbox.call(
+        shell=f"sh -c '{loop}' & sleep 30", timeout=10, turn="cancel", cancel=cancel
+    )
+    returned = time.monotonic()
+    setter.join()
+    assert result.output == "[cancelled]"
+    assert (result.outcome, result.is_error) == ("cancelled", True)
+    # The loop polls every 50 ms; the rest is the kill and the namespace teardown.
+    assert returned - set_at[0] < 0.5, returned - set_at[0]
+    assert stops_growing(marker)
+
+
+def test_cancel_before_start_spawns_nothing(sandbox: Sandbox) -> None:
+    cancel = threading.Event()
+    cancel.set()
+    result = sandbox.call(shell="touch /tmp/vessel/ran", turn="pre", cancel=cancel)
+    assert result.output == "[cancelled]" and result.outcome == "cancelled"
+    assert not (sandbox.workspace("pre") / "ran").exists()
+
+
+# --- many at once -----------------------------------------------------------------------------
+
+
+def test_concurrent_calls_from_many_threads(sandbox: Sandbox) -> None:
+    agent, tool = sandbox.agent_and_tool("import json, sys; print(json.load(sys.stdin)['n'])")
+    results: dict[int, str] = {}
+
+    def one(n: int) -> None:
+        results[n] = sandbox.runner.run(
+            call_id=f"c{n}", agent=agent, tool=tool, arguments={"n": n}, turn=f"t{n}"
+        ).output
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {n: f"{n}\n" for n in range(8)}
+
+
+def test_no_descriptor_leaks(sandbox: Sandbox) -> None:
+    sandbox.call("print(1)")
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        sandbox.call("print(1)")
+    sandbox.call(shell="sleep 30", timeout=0.3)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_cgroups_are_removed_after_calls(sandbox: Sandbox) -> None:
+    support = sandbox.runner._cgroups
+    if not support.controllers:
+        pytest.skip("no writable cgroup hierarchy on this host")
+    sandbox.call(shell="sleep 30 & sleep 30", timeout=0.3)
+    prefix = f"vessel-call-{os.getpid()}-"
+    for parent in support.parents.values():
+        assert not [d for d in parent.iterdir() if d.name.startswith(prefix)]
+
+
+# --- building blocks ----------------------------------------------------------------------------
+
+
+def test_seccomp_filter_builds_and_each_fd_is_fresh() -> None:
+    data = seccomp.filter_bytes()
+    assert len(data) > 100 and len(data) % 8 == 0  # BPF instructions are 8 bytes
+    a, b = seccomp.filter_fd(), seccomp.filter_fd()
+    try:
+        assert a != b
+        assert os.read(a, len(data) + 1) == data
+        assert os.read(b, len(data) + 1) == data
+    finally:
+        os.close(a)
+        os.close(b)
+
+
+def test_prlimit_argv_sets_soft_and_hard() -> None:
+    argv = limits.Limits(file_size_bytes=10, data_bytes=20).prlimit_argv("/usr/bin/prlimit")
+    assert "--nofile=4096:4096" in argv and "--fsize=10:10" in argv and "--core=0:0" in argv
+    assert argv[-1] == "--"
+
+
+def test_bwrap_options_hide_the_host(tmp_path: Path) -> None:
+    layout = bwrap.Layout(
+        package_dir=tmp_path / "pkg",
+        workspace=tmp_path / "ws",
+        outbox=tmp_path / "box",
+        mounts={"/data": tmp_path / "data", "/data/inner": tmp_path / "inner"},
+        workdir="/data",
+        system_files=tmp_path / "etc",
+    )
+    opts = bwrap.bwrap_options(layout, seccomp_fd=9)
+    for needed in ("--unshare-all", "--die-with-parent", "--new-session", "--disable-userns"):
+        assert needed in opts
+    assert opts[opts.index("--cap-drop") + 1] == "ALL"
+    binds = [tuple(opts[i + 1 : i + 3]) for i, o in enumerate(opts) if o in ("--bind", "--ro-bind")]
+    targets = [t for _, t in binds]
+    for hidden in ("/root", "/home", "/var", "/run", "/etc/shadow", "/etc/ssl/private", "/etc"):
+        assert hidden not in targets
+    assert targets.index("/data") < targets.index("/data/inner")
+    assert ("--bind", str(tmp_path / "ws"), "/tmp/vessel") == (
+        "--bind",
+        *binds[targets.index("/tmp/vessel")],
+    )
+    assert "--dir" not in opts  # /data is a mount
+    assert opts[-2:] == ["--seccomp", "9"]
+
+
+def test_probe_passes_here() -> None:
+    probe.check_confinement()
+    probe.check_confinement()  # cached
+
+
+def test_exported_names_exist() -> None:
+    for module in (
+        bwrap,
+        cgroup,
+        limits,
+        outbox,
+        process,
+        probe,
+        runner,
+        seccomp,
+        workspace_module,
+    ):
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "command",
+    [("node", "-e", "console.log('started')"), ("java", "-Xshare:auto", "-version")],
+    ids=["node", "java"],
+)
+def test_runtimes_start_under_the_memory_limit(sandbox: Sandbox, command: tuple[str, ...]) -> None:
+    # RLIMIT_DATA, unlike RLIMIT_AS, leaves room for the large PROT_NONE
+    # reservations of V8 and the JVM.
+    if shutil.which(command[0]) is None:
+        pytest.skip(f"{command[0]} is not installed here")
+    result = sandbox.call(command=command, memory_mb=512, timeout=20)
+    assert result.outcome == "ok", result.output

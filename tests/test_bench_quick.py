@@ -1,0 +1,74 @@
+"""The bench's quick mode runs end to end and produces a correct result for every mode.
+
+Nothing timed is asserted (timings belong to `bench/run.py`'s full run): this
+checks the exit code and that the JSON names every mode, each with a row that
+was measured or says why it was not.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MODES = ("P1", "P2", "P3", "P4", "MEM")
+# bench/ is a folder of scripts at the repository root, not an installed package.
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_quick_mode_produces_every_mode(tmp_path: Path) -> None:
+    results = tmp_path / "results.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "run.py"),
+            "--quick",
+            "--json",
+            str(results),
+            "--plot",
+            str(tmp_path / "latency.png"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=170,
+        check=False,
+    )
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
+    document = json.loads(results.read_text())
+    assert document["quick"] is True
+    assert set(MODES) <= {row["mode"] for row in document["rows"]}
+    for row in document["rows"]:
+        assert not row["errors"], row
+        assert row["skipped"] is not None or ("ratio_median" in row), row
+    assert document["machine"]["nproc"] >= 1
+
+
+def test_percentile_interpolates_like_numpy_linear() -> None:
+    from bench.stats import median, percentile, ratio
+
+    values = [4.0, 1.0, 3.0, 2.0]
+    assert median(values) == 2.5
+    assert percentile(values, 0) == 1.0
+    assert percentile(values, 100) == 4.0
+    assert percentile(values, 99) == pytest.approx(3.97)
+    assert ratio(3.0, 2.0) == 1.5
+    assert ratio(1.0, 0.0) == float("inf")
+
+
+def test_goal_bounds_latency_from_above_and_throughput_from_below() -> None:
+    from bench.report import Goal
+
+    latency = Goal(median_max=1.3, p99_max=1.5)
+    assert latency.met(1.2, 1.4)
+    assert not latency.met(1.2, 1.6)
+    throughput = Goal(median_min=0.7)
+    assert throughput.met(0.75, 99.0)
+    assert not throughput.met(0.65, 0.0)

@@ -1,0 +1,185 @@
+"""Admission's rules, checked on both implementations: the Redis scripts and the
+in-process one of the embedded default must agree (round-robin, limits, windows,
+claims, the done guard, cancel)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from broker.admission import Admission, RedisAdmission
+from broker.embedded import LocalAdmission
+
+LANE = "vessel.service"
+
+
+@pytest.fixture(params=["redis", "local"])
+def admission(request: pytest.FixtureRequest) -> Iterator[Admission]:
+    if request.param == "local":
+        yield LocalAdmission()
+        return
+    url = request.getfixturevalue("redis_url")
+    found = RedisAdmission.from_url(url)
+    yield found
+    found.close()
+
+
+def submit(a: Admission, call_id: str, agent: str, *, limit: int = 100, turn: str | None = None):
+    message = json.dumps({"call_id": call_id, "agent": agent, "tool": "t", "owner": "a/b"})
+    return a.submit(
+        call_id=call_id,
+        kind="service",
+        agent=agent,
+        message=message,
+        limit=limit,
+        lease_ms=60_000,
+        turn=turn,
+        ttl_seconds=600,
+    )
+
+
+def ids(dispatched) -> list[str]:
+    return [d.call_id for d in dispatched]
+
+
+def test_nothing_is_dispatched_without_a_live_worker(admission: Admission) -> None:
+    assert submit(admission, "a1", "a") == []
+    # A worker registering capacity 1 gets 1 + the slack of 2.
+    assert ids(admission.heartbeat("service", "w1", {LANE: 1}, 10_000)) == ["a1"]
+
+
+def test_round_robin_lets_a_late_agent_through_after_one_window(admission: Admission) -> None:
+    for i in range(20):
+        submit(admission, f"a{i}", "a")
+    for i in range(3):
+        submit(admission, f"b{i}", "b")
+    first = ids(admission.heartbeat("service", "w1", {LANE: 2}, 10_000))
+    assert first == ["a0", "b0", "a1", "b1"]  # window 2 + slack 2, alternating
+    order = []
+    for call_id in first:
+        order += ids(admission.release(call_id))
+    assert order == ["a2", "b2", "a3", "a4"]
+
+
+def test_the_agent_limit_blocks_and_a_release_unblocks(admission: Admission) -> None:
+    admission.heartbeat("service", "w1", {LANE: 10}, 10_000)
+    got = [ids(submit(admission, f"a{i}", "a", limit=2)) for i in range(4)]
+    assert got == [["a0"], ["a1"], [], []]
+    assert ids(admission.release("a0")) == ["a2"]
+    assert ids(admission.release("a0")) == []  # a second release frees nothing
+    assert ids(admission.release("a1")) == ["a3"]
+
+
+def test_a_dedicated_lane_takes_the_agent_while_its_worker_lives(admission: Admission) -> None:
+    admission.heartbeat("service", "shared", {LANE: 4}, 10_000)
+    admission.heartbeat("service", "mine", {"vessel.service.a": 1}, 10_000)
+    [dispatched] = submit(admission, "a1", "a")
+    assert dispatched.lane == "vessel.service.a"
+    [other] = submit(admission, "b1", "b")
+    assert other.lane == LANE
+
+
+def test_claim_runs_a_call_once_and_finish_keeps_the_first_result(
+    admission: Admission,
+) -> None:
+    admission.heartbeat("service", "w1", {LANE: 4}, 10_000)
+    submit(admission, "a1", "a")
+    assert admission.claim("a1", "w1", 5_000) == "run"
+    assert admission.claim("a1", "w2", 5_000) == "busy"
+    assert admission.finish("a1", "w1", 600) is True
+    assert admission.finish("a1", "w2", 600) is False
+    admission.release("a1")
+    assert admission.claim("a1", "w3", 5_000) == "done"
+
+
+def test_cancel_takes_a_queued_call_out_and_signals_a_dispatched_one(
+    admission: Admission,
+) -> None:
+    seen: list[str] = []
+    subscription = admission.listen_cancels(seen.append)
+    try:
+        admission.heartbeat("service", "w1", {LANE: 1}, 10_000)
+        for i in range(4):
+            submit(admission, f"a{i}", "a", turn="t1")  # a0..a2 dispatched, a3 queued
+        outcome, message = admission.cancel("a3", 600)
+        assert outcome == "queued"
+        assert message is not None and json.loads(message)["call_id"] == "a3"
+        assert admission.cancel("a0", 600) == ("signalled", None)
+        assert admission.claim("a0", "w1", 5_000) == "cancelled"
+        assert admission.cancel("nope", 600) == ("unknown", None)
+        assert admission.turn_calls("t1") == ["a0", "a1", "a2", "a3"]
+        # The queued call never comes out again.
+        released = []
+        for call_id in ("a0", "a1", "a2"):
+            released += ids(admission.release(call_id))
+        assert "a3" not in released
+        deadline = time.monotonic() + 5
+        while "a0" not in seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "a0" in seen
+    finally:
+        subscription.close()
+
+
+def test_recovery_requeues_a_call_whose_lease_expired(redis_url: str) -> None:
+    admission = RedisAdmission.from_url(redis_url)
+    admission.heartbeat("service", "w1", {LANE: 1}, 10_000)
+    admission.submit(
+        call_id="a1",
+        kind="service",
+        agent="a",
+        message=json.dumps({"call_id": "a1"}),
+        limit=1,
+        lease_ms=200,
+        turn=None,
+        ttl_seconds=600,
+    )
+    assert admission.claim("a1", "dead-worker", 200) == "run"
+    assert submit(admission, "a2", "a", limit=1) == []  # the dead worker holds the slot
+    time.sleep(0.3)
+    dispatched, finished = admission.recover("service")
+    # a1 goes back to the head of the queue and is dispatched again; a2 waits.
+    assert ids(dispatched) == ["a1"] and finished == []
+    assert admission.claim("a1", "w2", 5_000) == "run"
+    admission.close()
+
+
+def test_admission_keys_live_under_the_vessel_prefix(redis_url: str) -> None:
+    admission = RedisAdmission.from_url(redis_url)
+    admission.heartbeat("service", "w1", {LANE: 1}, 10_000)
+    submit(admission, "a1", "a", turn="t")
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    assert client.keys("*") and all(k.startswith("vessel:") for k in client.keys("*"))
+    client.close()
+    admission.close()
+
+
+def test_recovery_releases_a_call_done_whose_worker_died_before_releasing(
+    redis_url: str,
+) -> None:
+    admission = RedisAdmission.from_url(redis_url)
+    admission.heartbeat("service", "w1", {LANE: 1}, 10_000)
+    message = json.dumps({"call_id": "a1", "agent": "a", "tool": "t", "owner": "a/b"})
+    admission.submit(
+        call_id="a1",
+        kind="service",
+        agent="a",
+        message=message,
+        limit=1,
+        lease_ms=200,
+        turn=None,
+        ttl_seconds=600,
+    )
+    submit(admission, "a2", "a", limit=1)  # waits for a1's slot
+    assert admission.claim("a1", "w1", 200) == "run"
+    assert admission.finish("a1", "w1", 600)
+    time.sleep(0.3)  # the worker died before release()
+    dispatched, finished = admission.recover("service")
+    assert finished == [("a1", message)]
+    assert ids(dispatched) == ["a2"]  # the slot came back
+    assert admission.claim("a1", "w2", 5_000) == "done"
+    admission.close()

@@ -1,0 +1,9 @@
+"""The sandbox runner: declared tools confined with bubblewrap, seccomp and rlimits.
+
+One module per concern: `bwrap` (the sandbox's shape), `seccomp` (the filter),
+`limits` (rlimits), `cgroup` (per-call pids/memory cgroups where writable),
+`process` (spawn, drain, kill the tree), `outbox`, `workspace`, `probe`
+(the start-up self-check) and `runner` (one call, end to end).
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,189 @@
+"""Per-call cgroups where the host lets us make them: a process cap and a memory cap.
+
+Seed 000 asks that a fork bomb be contained. A pid namespace makes every
+process die with the call, but it does not bound how many there are before the
+timeout: on a host with pid_max = 32768 a fork bomb exhausts the host's pids in
+well under a second, and RLIMIT_NPROC is ignored for root. So each call gets
+its own cgroup when a writable cgroup v1 `pids` (and `memory`) hierarchy is
+mounted, as on these machines:
+
+- pids.max = `PIDS_MAX` (processes and threads of the whole call);
+- memory.limit_in_bytes = the agent's memory_limit_mb (the whole call, on top
+  of the per-process RLIMIT_DATA).
+
+Without `preexec_fn`, a process is placed in a cgroup by a `/bin/sh` wrapper that
+writes its own pid into each `cgroup.procs` and then executes the rest (prlimit,
+then bwrap): everything bwrap starts is born inside. Where no hierarchy is
+writable (cgroups v2 not delegated, read-only /sys/fs/cgroup), `CgroupSupport.detect`
+returns controllers=() and the runner relies on the rlimits, the pid namespace
+and the timeout (see `limits.py`). cgroup v2 delegation is not implemented yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "CGROUP_V1_ROOT",
+    "PIDS_MAX",
+    "CallCgroup",
+    "CgroupSupport",
+    "wrapper_argv",
+]
+
+#: Processes + threads one call may have at once. A JVM starts ~40 threads, a
+#: parallel build a few hundred; 512 leaves room for that and keeps 16 calls at
+#: once (the default max_concurrent_calls) far below a pid_max of 32768.
+PIDS_MAX = 512
+
+CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
+_PREFIX = "vessel-call-"
+#: `sweep` leaves call cgroups younger than this (a call lasts minutes at most).
+_SWEEP_MIN_AGE_SECONDS = 3600.0
+#: The wrapper: join every cgroup named before `--`, then exec the rest. sh
+#: exports PWD, which bwrap (pid 1 inside) would keep in /proc/1/environ: unset.
+_JOIN_SCRIPT = "; ".join(
+    (
+        'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done',
+        "shift",
+        "unset PWD OLDPWD",
+        'exec "$@"',
+    )
+)
+
+
+def wrapper_argv(procs_files: list[Path]) -> list[str]:
+    """`/bin/sh -c SCRIPT sh FILE... --`: prefix for the command that joins the cgroups."""
+    return ["/bin/sh", "-c", _JOIN_SCRIPT, "sh", *map(str, procs_files), "--"]
+
+
+def _own_path(controller: str) -> str:
+    """This process's cgroup path in a v1 hierarchy ("/" if not listed)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return "/"
+    for line in lines:
+        _, names, path = line.split(":", 2)
+        if controller in names.split(","):
+            return path
+    return "/"
+
+
+@dataclass(frozen=True, slots=True)
+class CallCgroup:
+    """The cgroup directories of one call (one per controller)."""
+
+    dirs: tuple[Path, ...]
+
+    @property
+    def procs_files(self) -> list[Path]:
+        return [d / "cgroup.procs" for d in self.dirs]
+
+    def memory_failures(self) -> int:
+        """How often the call hit its memory cap (memory.failcnt), 0 if not capped."""
+        for d in self.dirs:
+            with contextlib.suppress(OSError, ValueError):
+                return int((d / "memory.failcnt").read_text())
+        return 0
+
+    def remove(self) -> None:
+        """Remove the directories; by now every process of the call is dead.
+
+        A pid namespace's processes are reaped before its init's parent sees it
+        exit, but be patient for a few milliseconds anyway (EBUSY), then give up:
+        `CgroupSupport.sweep` removes leftovers later.
+        """
+        for d in self.dirs:
+            delay = 0.0005
+            for _ in range(40):  # about half a second in all
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.02)
+
+
+@dataclass(kw_only=True)
+class CgroupSupport:
+    """The writable v1 hierarchies found on this host, and a factory of call cgroups."""
+
+    #: controller name -> parent directory under which call cgroups are made.
+    parents: dict[str, Path]
+    _counter: itertools.count[int] = field(default_factory=itertools.count)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def controllers(self) -> tuple[str, ...]:
+        return tuple(sorted(self.parents))
+
+    @classmethod
+    def detect(cls, root: Path = CGROUP_V1_ROOT) -> CgroupSupport:
+        """Find the v1 `pids` and `memory` hierarchies we can make children in."""
+        parents: dict[str, Path] = {}
+        for controller in ("pids", "memory"):
+            mount = root / controller
+            if not (mount / "cgroup.procs").exists():
+                continue
+            own = mount / _own_path(controller).lstrip("/")
+            parent = own if own.is_dir() else mount
+            probe = parent / f"{_PREFIX}probe-{os.getpid()}-{threading.get_ident()}"
+            try:
+                probe.mkdir()
+                probe.rmdir()
+            except OSError:
+                continue
+            parents[controller] = parent
+        support = cls(parents=parents)
+        support.sweep()
+        return support
+
+    def create(self, *, memory_bytes: int, pids_max: int = PIDS_MAX) -> CallCgroup:
+        """Make the cgroups of one call; raises OSError if the host refuses."""
+        with self._lock:
+            n = next(self._counter)
+        name = f"{_PREFIX}{os.getpid()}-{n}"
+        made: list[Path] = []
+        try:
+            for controller, parent in sorted(self.parents.items()):
+                d = parent / name
+                d.mkdir(mode=0o755)
+                made.append(d)
+                if controller == "pids":
+                    (d / "pids.max").write_text(str(pids_max))
+                elif controller == "memory":
+                    (d / "memory.limit_in_bytes").write_text(str(memory_bytes))
+        except OSError:
+            CallCgroup(tuple(made)).remove()
+            raise
+        return CallCgroup(tuple(made))
+
+    def sweep(self) -> int:
+        """Remove call cgroups left by dead workers (empty ones only: rmdir refuses others)."""
+        removed = 0
+        for parent in self.parents.values():
+            with contextlib.suppress(OSError):
+                for d in parent.iterdir():
+                    if not d.name.startswith(_PREFIX) or not d.is_dir():
+                        continue
+                    owner = d.name[len(_PREFIX) :].split("-", 1)[0]
+                    if owner.isdigit() and Path(f"/proc/{owner}").exists():
+                        continue
+                    # A pid may belong to another pid namespace sharing this
+                    # hierarchy: leave anything young enough to be in use.
+                    with contextlib.suppress(OSError):
+                        if time.time() - d.stat().st_mtime < _SWEEP_MIN_AGE_SECONDS:
+                            continue
+                    with contextlib.suppress(OSError):
+                        d.rmdir()
+                        removed += 1
+        return removed

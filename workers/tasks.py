@@ -1,0 +1,175 @@
+"""The Celery tasks: thin wrappers around `run_call`, one task per worker kind.
+
+`run_call` is the life of one delivery of a call's message:
+
+1. claim the call (admission): if a result exists or a live worker holds it,
+   return at once (the message is acked; a duplicate never runs the tool);
+   if it was cancelled before it started, its result is `[cancelled]`;
+2. run it with `Executor.run`, with a cancel event the worker's cancel listener
+   sets (the runner kills the process tree) and a watchdog that sets it too if
+   the call outlives its lease: Celery's own time limits do not work on the
+   threads pool and a hard limit would leave the tool's processes running;
+3. store the result unless one exists (`store_result_once`);
+4. release the slot and publish what admission dispatches next;
+5. count it (`workers.metrics.observe`).
+
+Tasks use `ignore_result=True` because they store their result themselves,
+once: Celery's automatic store would let a later delivery overwrite it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Celery
+
+from broker.admission import Admission
+from broker.client import cancelled_result, publish, store_result_once
+from broker.config import Settings
+from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
+from broker.errors import VesselError
+from broker.model import Deployment
+from broker.queues import TASK_NAMES, Kind
+from broker.request import CallRequest
+from workers import metrics
+from workers.execute import Executor
+from workers.result import ToolResult
+
+__all__ = ["CallRuntime", "register_tasks", "run_call"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Running:
+    event: threading.Event = field(default_factory=threading.Event)
+    #: True when the platform cancelled the call (not the watchdog).
+    cancelled: bool = False
+
+
+@dataclass(kw_only=True)
+class CallRuntime:
+    """What one worker process needs to run calls of one kind."""
+
+    app: Celery
+    admission: Admission
+    executor: Executor
+    deployment: Deployment
+    kind: Kind
+    hostname: str
+    settings: Settings
+    _running: dict[str, _Running] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def lease_seconds(self, request: CallRequest) -> float:
+        """The tool's time limit plus grace (the default limit for an unknown tool)."""
+        try:
+            limit = self.deployment.agent(request.agent).tool(request.tool).timeout_seconds
+        except VesselError:
+            limit = DEFAULT_TOOL_TIMEOUT_SECONDS
+        return limit + self.settings.lease_grace_seconds
+
+    def on_cancel(self, call_id: str) -> None:
+        """Called by the cancel listener: stop the call if it runs here."""
+        with self._lock:
+            running = self._running.get(call_id)
+            if running is not None:
+                running.cancelled = True
+                running.event.set()
+
+    def running_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._running)
+
+    def _start(self, call_id: str) -> _Running:
+        running = _Running()
+        with self._lock:
+            self._running[call_id] = running
+        return running
+
+    def _end(self, call_id: str) -> None:
+        with self._lock:
+            self._running.pop(call_id, None)
+
+
+def _execute(runtime: CallRuntime, request: CallRequest, lease: float) -> ToolResult:
+    running = runtime._start(request.call_id)
+    # The runner kills at the tool's limit; this only fires if it did not.
+    watchdog = threading.Timer(max(lease - 1.0, 1.0), running.event.set)
+    watchdog.daemon = True
+    watchdog.start()
+    started = time.monotonic()
+    try:
+        # A cancel that arrived between the claim and now.
+        if runtime.admission.cancel_requested(request.call_id):
+            runtime.on_cancel(request.call_id)
+        result = runtime.executor.run(request, running.event)
+    except Exception:  # Executor.run never raises; if it did, the call must still end
+        _log.exception("call %s: the executor failed", request.call_id)
+        result = ToolResult(
+            call_id=request.call_id,
+            agent=request.agent,
+            tool=request.tool,
+            is_error=True,
+            output=f"{request.tool}: the worker failed to run this call",
+            duration_ms=round((time.monotonic() - started) * 1000, 3),
+            outcome="error",
+        )
+    finally:
+        watchdog.cancel()
+        runtime._end(request.call_id)
+    if running.cancelled and result.outcome != "ok":
+        return cancelled_result(request, duration_ms=(time.monotonic() - started) * 1000)
+    return result
+
+
+def run_call(runtime: CallRuntime, message: dict[str, Any]) -> str:
+    """Handle one delivery of a call's message; returns what happened (for logs)."""
+    try:
+        request = CallRequest.from_message(message)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        # Not a message our client wrote: nothing to run and no call id to answer.
+        _log.error("dropped a malformed call message: %.200r", message)
+        return "malformed"
+    lease = runtime.lease_seconds(request)
+    claim = runtime.admission.claim(request.call_id, runtime.hostname, int(lease * 1000))
+    if claim in ("done", "busy"):
+        _log.info("call %s: %s elsewhere, not run again", request.call_id, claim)
+        return claim
+    if claim == "cancelled":
+        result = cancelled_result(request)
+    else:
+        # No STARTED write to the backend: Flower sees task-started events,
+        # and the write would cost every call a round trip for no reader.
+        result = _execute(runtime, request, lease)
+    stored = store_result_once(
+        runtime.app,
+        runtime.admission,
+        result,
+        hostname=runtime.hostname,
+        ttl_seconds=int(runtime.settings.result_expires_seconds),
+    )
+    publish(runtime.app, runtime.admission.release(request.call_id))
+    if stored:
+        metrics.observe(result, runtime.kind)
+    return result.outcome if stored else "duplicate"
+
+
+def register_tasks(app: Celery, runtime: CallRuntime) -> None:
+    """Register the task of `runtime.kind` on `app`, bound to `runtime`."""
+
+    @app.task(  # type: ignore[untyped-decorator]
+        name=TASK_NAMES[runtime.kind],
+        ignore_result=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        typing=False,
+    )
+    def vessel_call(message: dict[str, Any]) -> str:
+        return run_call(runtime, message)
+
+    del vessel_call
