@@ -8,6 +8,9 @@
 - worker: the worker side of a call, `workers.tasks.run_call` (claim, run,
   store, release, publish), profiled in a solo-pool Celery worker started in
   this process against the bench's Redis, for a service and a declared call;
+- burst: a service burst into a threads-pool worker (x32) started in this
+  process, every worker thread profiled (one cProfile per thread, merged):
+  Celery's consumer, events and pool included, as a real worker spends its CPU;
 - steps: no profiler, no worker: the steps of one service call's life done one
   after the other in this process against a real Redis and the local server,
   each timed (median ms per step), next to a bare Redis PING and a bare httpx
@@ -39,7 +42,7 @@ import pstats  # noqa: E402
 
 __all__ = ["main", "profile_calls"]
 
-SECTIONS = ("runner", "client", "worker", "steps")
+SECTIONS = ("runner", "client", "worker", "steps", "burst")
 
 
 def profile_calls(
@@ -249,11 +252,16 @@ def _steps_section(folder: Path, calls: int, top: int) -> str:
         raw_http = httpx.Client()
         times: dict[str, list[float]] = {}
 
+        cpu: dict[str, list[float]] = {}
+
         @contextlib.contextmanager
         def step(name: str) -> Iterator[None]:
-            started = time.perf_counter()
+            # Wall time and this thread's CPU time: at volume a worker is bound by
+            # the CPU a call costs it (one GIL), not by its wall time.
+            started, started_cpu = time.perf_counter(), time.thread_time()
             yield
             times.setdefault(name, []).append((time.perf_counter() - started) * 1000)
+            cpu.setdefault(name, []).append((time.thread_time() - started_cpu) * 1000)
 
         for i in range(calls + 20):
             with step("redis PING (reference)"):
@@ -283,21 +291,123 @@ def _steps_section(folder: Path, calls: int, top: int) -> str:
             assert json.loads(result.output) == {"ok": True}, result.output
             if i < 20:  # warm-up
                 times.clear()
+                cpu.clear()
         raw_http.close()
         executor.service.close()
         ours.close()
-    lines = [f"\n=== steps of one service call, {calls} calls, no profiler (median / p99 ms)"]
-    ours_total = 0.0
-    for step, values in times.items():
-        summary = summarize(values)
-        if "reference" not in step:
-            ours_total += summary.median
-        lines.append(f"  {step:42s} {summary.median:7.2f} {summary.p99:7.2f}")
-    lines.append(f"  {'sum of the medians of the steps':42s} {ours_total:7.2f}")
+    lines = [
+        f"\n=== steps of one service call, {calls} calls, no profiler",
+        f"  {'step':42s} {'wall med':>8s} {'wall p99':>8s} {'CPU med':>8s}  (ms)",
+    ]
+    wall_total = cpu_total = 0.0
+    for name, values in times.items():
+        wall, spent = summarize(values), summarize(cpu[name])
+        if "reference" not in name:
+            wall_total += wall.median
+            cpu_total += spent.median
+        lines.append(f"  {name:42s} {wall.median:8.2f} {wall.p99:8.2f} {spent.median:8.2f}")
+    lines.append(f"  {'sum of the steps (medians)':42s} {wall_total:8.2f} {'':8s} {cpu_total:8.2f}")
     lines.append(
-        "  (the real path adds Celery delivery to the worker and the client's result polling wait)"
+        "  (the real path adds Celery's delivery, acks and task events, and the client's "
+        "result polling wait)"
     )
     return "\n".join(lines) + "\n"
+
+
+def _burst_section(folder: Path, calls: int, top: int) -> str:
+    import threading
+
+    from celery.contrib.testing.worker import start_worker
+
+    from bench.cluster import Cluster
+    from bench.deployment import TOOL_PING, write_deployment
+    from bench.ours import OursClient
+    from broker.admission import RedisAdmission
+    from broker.celery_app import make_app
+    from broker.client import longest_tool_seconds, publish
+    from broker.config import Settings
+    from broker.queues import shared_lane
+    from workers import tasks
+    from workers.worker import build_executor
+
+    profilers: list[cProfile.Profile] = []
+    lock = threading.Lock()
+
+    def start_profiling_thread(*_: object) -> None:
+        # Called once in each new thread (threading.setprofile): give the thread
+        # a profiler of its own; cProfile can only see the thread enabling it.
+        import sys as _sys
+
+        _sys.setprofile(None)
+        profiler = cProfile.Profile()
+        with lock:
+            profilers.append(profiler)
+        profiler.enable()
+
+    with Cluster(folder / "burst") as cluster:
+        cluster.start_redis()
+        service_url = cluster.start_httpd()
+        files = write_deployment(folder / "burst-deployment", agents=1, service_url=service_url)
+        url = cluster.redis_url(1)
+        settings = Settings(broker_url=url, result_backend=url)
+        client = OursClient(files.path, url)
+        deployment = client.deployment
+        app = make_app(settings, longest_tool_seconds=longest_tool_seconds(deployment))
+        executor, _ = build_executor(deployment, "service")
+        admission = RedisAdmission.from_url(url)
+        hostname = "profile-burst@bench"
+        runtime = tasks.CallRuntime(
+            app=app,
+            admission=admission,
+            executor=executor,
+            deployment=deployment,
+            kind="service",
+            hostname=hostname,
+            settings=settings,
+        )
+        tasks.register_tasks(app, runtime)
+        lane = shared_lane("service")
+        agent = files.agents[0]
+        threading.setprofile(start_profiling_thread)
+        try:
+            with start_worker(
+                app,
+                pool="threads",
+                concurrency=32,
+                queues=[lane],
+                perform_ping_check=False,
+                loglevel="WARNING",
+                shutdown_timeout=10,
+            ):
+                publish(app, admission.heartbeat("service", hostname, {lane: 32}, 600_000))
+                # No reset after a warm-up: a profiler can only be switched in
+                # its own thread, so the first calls (connections, imports) count.
+                started = time.perf_counter()
+                handles = [client.submit(agent, TOOL_PING, {}) for _ in range(calls)]
+                for handle in handles:
+                    client.collect(handle, "service", timeout=120)
+                elapsed = time.perf_counter() - started
+        finally:
+            threading.setprofile(None)  # type: ignore[arg-type]
+            admission.close()
+            client.close()
+    out = io.StringIO()
+    out.write(
+        f"\n=== burst: {calls} service calls into an in-process threads x32 worker: "
+        f"{calls / elapsed:.0f} calls/s with the profiler on; {len(profilers)} threads profiled\n"
+    )
+    stats = pstats.Stats(profilers[0], stream=out)
+    for p in profilers[1:]:
+        stats.add(p)
+    stats.strip_dirs()
+    out.write(f"--- top {top} by own time (all worker threads)\n")
+    stats.sort_stats("tottime").print_stats(top)
+    out.write(f"--- top {top} by cumulative time (all worker threads)\n")
+    stats.sort_stats("cumulative").print_stats(top)
+    # Who builds Redis clients (and their ~170 response callbacks) while calls run.
+    out.write("--- callers of redis.Redis.__init__\n")
+    stats.print_callers(r"client.py:\d+\(__init__\)")
+    return out.getvalue()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -312,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         "client": _client_section,
         "worker": _worker_section,
         "steps": _steps_section,
+        "burst": _burst_section,
     }
     status = 0
     with tempfile.TemporaryDirectory(prefix="vessel-profile-") as tmp:

@@ -105,6 +105,10 @@ def publish(app: Celery, dispatched: Iterable[Dispatched]) -> None:
                     task_id=item.call_id,
                     queue=item.lane,
                     producer=producer,
+                    # The client waits on the result with its own AsyncResult;
+                    # without this Celery subscribes to every call's result channel
+                    # at publish time and never unsubscribes.
+                    ignore_result=True,
                 )
     except Exception as exc:  # see the docstring: recovery re-dispatches them
         _log.warning(

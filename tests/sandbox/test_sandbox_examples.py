@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import Sandbox
+from .conftest import Sandbox
 
 SPECIES_PY = """\
 # Prints every species page's frontmatter as JSON, optionally filtered by habitat; reads the request from stdin.

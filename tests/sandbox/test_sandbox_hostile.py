@@ -15,9 +15,10 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from conftest import Sandbox
 
 from workers.sandbox import cgroup
+
+from .conftest import Sandbox
 
 pytestmark = pytest.mark.hostile
 

@@ -14,13 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Sandbox
 
 from workers.sandbox import bwrap, cgroup, limits, outbox, probe, process, runner, seccomp
 from workers.sandbox import workspace as workspace_module
 from workers.sandbox.outbox import collect_outbox, ensure_mount_point
 from workers.sandbox.runner import SandboxRunner, format_seconds, timed_out_text
 from workers.sandbox.workspace import WorkspaceStore, default_workspace_root
+
+from .conftest import Sandbox
 
 # --- outbox -------------------------------------------------------------------------------
 

@@ -241,3 +241,10 @@ def client(deployment: Path, redis_url: str) -> Iterator[Any]:
         yield built
     finally:
         built.close()
+        # Celery's Redis backend subscribes to a sent task's result channel unless
+        # it is sent with ignore_result; the client polls instead, so close that
+        # pubsub connection too (else it is left for the garbage collector).
+        consumer = getattr(built.app.backend, "result_consumer", None)
+        if consumer is not None:
+            consumer.stop()
+        built.app.close()
