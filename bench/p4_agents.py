@@ -53,6 +53,7 @@ def run(ctx: Context) -> list[Row]:
             name=_NAME,
             unit="calls/s",
             baseline_name="1 agent",
+            ours_name=f"{MANY_AGENTS} agents",
             baseline_samples=one.throughputs,
             ours_samples=many_series.throughputs,
             baseline_latency_ms=one.latencies_ms,

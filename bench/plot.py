@@ -26,23 +26,32 @@ def _series(row: Row) -> tuple[list[float], list[float]]:
     return row.baseline_latency_ms, row.ours_latency_ms
 
 
-def _panels(rows: list[Row]) -> dict[str, dict[str, list[float]]]:
-    """Panel title -> curve label -> samples.
+def _panels(rows: list[Row]) -> dict[str, dict[str, tuple[list[float], bool]]]:
+    """Panel title -> curve label -> (samples, is ours).
 
     Rows of one mode that share what they measure ("/bin/true: runner vs raw
     bwrap", "/bin/true: runner vs subprocess.run") share a panel, each contender
     drawn once.
     """
-    panels: dict[str, dict[str, list[float]]] = {}
+    panels: dict[str, dict[str, tuple[list[float], bool]]] = {}
+    baselines: dict[str, set[str]] = {}
     for row in rows:
         baseline, ours = _series(row)
         if row.skipped is not None or not baseline or not ours:
             continue
         title = f"{row.mode}: {row.name.split(':')[0]}"
         curves = panels.setdefault(title, {})
-        curves.setdefault(row.baseline_name or "baseline", baseline)
-        curves.setdefault(row.ours_name, ours)
-    return panels
+        base_label = row.baseline_name or "baseline"
+        baselines.setdefault(title, set()).add(base_label)
+        curves.setdefault(base_label, (baseline, False))
+        curves.setdefault(row.ours_name, (ours, False))
+    # Solid lines for what is measured and never a baseline in its panel.
+    return {
+        title: {
+            label: (values, label not in baselines[title]) for label, (values, _) in curves.items()
+        }
+        for title, curves in panels.items()
+    }
 
 
 def plot_latency(rows: list[Row], path: Path, *, title: str) -> bool:
@@ -56,10 +65,10 @@ def plot_latency(rows: list[Row], path: Path, *, title: str) -> bool:
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     for ax, (panel, curves) in zip(axes.flat, panels.items(), strict=False):
-        for label, values in curves.items():
+        for label, (values, is_ours) in curves.items():
             ordered = sorted(values)
             fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
-            style = "-" if label == "vessel-workers" else "--"
+            style = "-" if is_ours else "--"
             ax.step(ordered, fractions, style, where="post", label=f"{label} (n={len(values)})")
         ax.set_xscale("log")
         ax.axhline(0.5, color="grey", linewidth=0.5)
