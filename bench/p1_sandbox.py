@@ -4,7 +4,8 @@ Three contenders per tool, in turns in this process: `subprocess.run` of the
 command (no confinement, the floor), raw `bwrap` with the runner's namespaces
 and mounts (`bench.baselines.raw_bwrap_argv`), and
 `workers.sandbox.runner.SandboxRunner.run` (seccomp, rlimits, workspace,
-output shaping included). Tools: `/bin/true` (the sandbox's own cost) and a
+output shaping included), with per-call cgroups (the default) and with
+`VESSEL_SANDBOX_CGROUPS=off`. Tools: `/bin/true` (the sandbox's own cost) and a
 small Python tool reading JSON on stdin (a typical tool's start-up).
 """
 
@@ -28,9 +29,13 @@ GOAL = Goal(median_max=1.3, p99_max=1.5)
 _ECHO_ARGUMENTS = {"greeting": "hello"}
 
 
-def _build(folder: Path) -> tuple[Any, Any, dict[str, Any]]:
-    """The runner, the agent and its two tools, built from the model dataclasses."""
+def _build(folder: Path, cgroups: str | None = None) -> tuple[Any, Any, dict[str, Any]]:
+    """The runner, the agent and its two tools, built from the model dataclasses.
+
+    `cgroups`: the runner's VESSEL_SANDBOX_CGROUPS (None: the environment's).
+    """
     from broker.model import Agent, AgentSettings, DeclaredTool
+    from workers.sandbox.cgroup import CgroupSettings, parse_mode
     from workers.sandbox.runner import SandboxRunner
     from workers.sandbox.workspace import WorkspaceStore
 
@@ -77,7 +82,8 @@ def _build(folder: Path) -> tuple[Any, Any, dict[str, Any]]:
     )
     workspaces = folder / "workspaces"
     workspaces.mkdir(exist_ok=True)
-    runner = SandboxRunner(WorkspaceStore(workspaces))
+    chosen = None if cgroups is None else CgroupSettings(mode=parse_mode(cgroups))
+    runner = SandboxRunner(WorkspaceStore(workspaces), cgroups=chosen)
     return runner, agent, tools
 
 
@@ -97,10 +103,11 @@ def run(ctx: Context) -> list[Row]:
     folder = ctx.folder / "p1"
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        runner, agent, tools = _build(folder)
+        runner, agent, tools = _build(folder, "per-call")
+        runner_off = _build(folder, "off")[0]
         missing = None
     except ImportError as exc:
-        runner = agent = tools = None
+        runner = runner_off = agent = tools = None
         missing = f"not measured: the sandbox runner is not importable ({exc})"
     layout = SandboxLayout(
         package=folder / "agents" / "bench", data=folder / "data", workspace=folder / "raw-ws"
@@ -113,9 +120,9 @@ def run(ctx: Context) -> list[Row]:
     stdin = json.dumps(_ECHO_ARGUMENTS).encode()
     expected = {"echo": _ECHO_ARGUMENTS}
 
-    def ours(tool_name: str, arguments: dict[str, Any], expect: Any) -> None:
+    def ours(tool_name: str, arguments: dict[str, Any], expect: Any, which: Any = None) -> None:
         assert runner is not None and tools is not None
-        result = runner.run(
+        result = (which or runner).run(
             call_id=uuid.uuid4().hex,
             agent=agent,
             tool=tools[tool_name],
@@ -140,6 +147,10 @@ def run(ctx: Context) -> list[Row]:
     if missing is None:
         true_contenders["runner"] = lambda: ours(TOOL_TRUE, {}, None)
         echo_contenders["runner"] = lambda: ours(TOOL_ECHO, _ECHO_ARGUMENTS, expected)
+        true_contenders["runner_off"] = lambda: ours(TOOL_TRUE, {}, None, runner_off)
+        echo_contenders["runner_off"] = lambda: ours(
+            TOOL_ECHO, _ECHO_ARGUMENTS, expected, runner_off
+        )
     true_turns = in_turns(true_contenders, iterations=iterations_true, warmup=warmup)
     echo_turns = in_turns(echo_contenders, iterations=iterations_echo, warmup=max(3, warmup // 3))
 
@@ -156,6 +167,20 @@ def run(ctx: Context) -> list[Row]:
                 goal=GOAL,
                 skipped=missing,
                 errors=turns.errors_of("raw_bwrap", "runner"),
+            )
+        )
+        rows.append(
+            Row(
+                mode="P1",
+                name=f"{label}: runner (cgroups off) vs raw bwrap",
+                unit="ms",
+                baseline_name="raw bwrap",
+                ours_name="runner, VESSEL_SANDBOX_CGROUPS=off",
+                baseline_samples=turns.samples["raw_bwrap"],
+                ours_samples=turns.samples.get("runner_off", []),
+                goal=GOAL,
+                skipped=missing,
+                errors=turns.errors_of("runner_off"),
             )
         )
         rows.append(

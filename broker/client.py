@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -65,6 +67,36 @@ _log = logging.getLogger(__name__)
 CANCELLED_TEXT = "[cancelled]"
 #: Who stores the result of a call cancelled while queued.
 _CLIENT_HOST = "client"
+#: The longest pause between two reads of a backend that cannot notify.
+_POLL_CAP_SECONDS = 0.005
+#: How long a wait on a result channel goes without reading the store again.
+_WAIT_CHUNK_SECONDS = 1.0
+
+
+#: Subscription connections kept between waits, at most.
+_IDLE_PUBSUBS = 64
+
+
+class _ChannelLost(Exception):
+    """The connection of a wait on a result channel failed."""
+
+
+def _notifies(backend: object) -> bool:
+    """True for a Redis result backend (it PUBLISHes every result it stores).
+
+    Checked without importing the Redis backend: if `backend` is one, its
+    module is loaded already; the embedded default never loads redis-py.
+    """
+    module = sys.modules.get("celery.backends.redis")
+    return module is not None and isinstance(backend, module.RedisBackend)
+
+
+def _from_meta(meta: Any) -> ToolResult | None:
+    if isinstance(meta, dict) and meta.get("status") == "SUCCESS":
+        result = meta.get("result")
+        if isinstance(result, dict):
+            return ToolResult.from_dict(result)
+    return None
 
 
 def longest_tool_seconds(deployment: Deployment) -> float:
@@ -177,6 +209,9 @@ class VesselClient:
         if app is None:
             app = make_app(self.settings, longest_tool_seconds=longest_tool_seconds(deployment))
         self.app = app
+        self._pubsub_lock = threading.Lock()
+        self._idle_pubsubs: list[Any] = []
+        self._closed = False
 
     @property
     def _ttl(self) -> int:
@@ -218,18 +253,138 @@ class VesselClient:
         return CallHandle(request.call_id, self)
 
     def result(self, call_id: str, timeout: float | None = None) -> ToolResult:
-        """Wait for the call's result; CallTimeout after `timeout` seconds (None: forever)."""
+        """Wait for the call's result; CallTimeout after `timeout` seconds (None: forever).
+
+        With a Redis result backend this waits on the channel the backend
+        PUBLISHes each stored result on (one subscription per wait, closed when
+        it ends), so a result is seen as soon as it is stored; otherwise (the
+        embedded default's in-memory backend) it polls every few milliseconds.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = 0.002
+        if _notifies(self.app.backend):
+            found = self._wait_published(call_id, deadline)
+            if found is not None:
+                return found
+            raise CallTimeout(f"no result for call {call_id} within {timeout} s")
+        pause = 0.001
         while True:
-            meta = self.app.backend.get_task_meta(call_id)
-            if meta.get("status") == "SUCCESS" and isinstance(meta.get("result"), dict):
-                return ToolResult.from_dict(meta["result"])
+            found = self._stored(call_id)
+            if found is not None:
+                return found
             if deadline is not None and time.monotonic() >= deadline:
                 raise CallTimeout(f"no result for call {call_id} within {timeout} s")
             wait = pause if deadline is None else min(pause, max(deadline - time.monotonic(), 0))
             time.sleep(wait)
-            pause = min(pause * 2, 0.1)
+            pause = min(pause * 2, _POLL_CAP_SECONDS)
+
+    def _stored(self, call_id: str) -> ToolResult | None:
+        return _from_meta(self.app.backend.get_task_meta(call_id))
+
+    def _wait_published(self, call_id: str, deadline: float | None) -> ToolResult | None:
+        """The result, waiting on its channel until `deadline`; None at the deadline.
+
+        Each wait holds a subscription connection of its own (so any number of
+        threads may wait at once); an idle one is kept for the next wait and
+        closed by `close`.
+        """
+        import redis  # noqa: PLC0415 (only with a Redis backend: redis-py is installed)
+
+        backend = self.app.backend
+        channel = backend.get_key_for_task(call_id)
+        pubsub = self._take_pubsub(backend)
+        reusable = False
+        try:
+            try:
+                pubsub.subscribe(channel)
+            except redis.RedisError as exc:
+                _log.warning("cannot subscribe to the result of %s (%s): polling", call_id, exc)
+                return self._poll_until(call_id, deadline)
+            # Subscribe first, then read once: a result stored before the
+            # subscription is seen by the read, one stored after it by the
+            # subscription. The read goes on another connection, so it waits
+            # for Redis to confirm the subscription.
+            found = self._next_published(pubsub, channel, deadline, until_subscribed=True)
+            while found is None:
+                found = self._stored(call_id)
+                if found is not None:
+                    break
+                found = self._next_published(pubsub, channel, deadline)
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+            try:
+                pubsub.unsubscribe(channel)
+                reusable = True
+            except redis.RedisError:
+                pass
+            return found
+        except _ChannelLost as exc:
+            _log.warning("result channel of %s lost (%s): polling", call_id, exc.__cause__)
+            return self._poll_until(call_id, deadline)
+        finally:
+            self._give_back(pubsub, reusable=reusable)
+
+    def _next_published(
+        self,
+        pubsub: Any,
+        channel: bytes,
+        deadline: float | None,
+        *,
+        until_subscribed: bool = False,
+    ) -> ToolResult | None:
+        """A result published on `channel`; None after a quiet second or at the deadline.
+
+        `until_subscribed`: None as soon as Redis confirms the subscription.
+        """
+        import redis  # noqa: PLC0415 (see _wait_published)
+
+        quiet_until = time.monotonic() + _WAIT_CHUNK_SECONDS
+        while True:
+            now = time.monotonic()
+            left = quiet_until - now
+            if deadline is not None:
+                left = min(left, deadline - now)
+            if left <= 0:
+                # Quiet for a while: the caller reads the store again (it is
+                # cheap), in case a message was missed.
+                return None
+            try:
+                message = pubsub.get_message(timeout=left)
+            except (redis.RedisError, OSError, ValueError) as exc:
+                raise _ChannelLost from exc
+            if message is None or message.get("channel") != channel:
+                continue  # nothing yet, or a late message of the connection's previous wait
+            kind = message.get("type")
+            if kind == "subscribe" and until_subscribed:
+                return None
+            if kind != "message":
+                continue
+            found = _from_meta(self.app.backend.decode_result(message["data"]))
+            if found is not None:
+                return found
+
+    def _take_pubsub(self, backend: Any) -> Any:
+        with self._pubsub_lock:
+            if self._idle_pubsubs:
+                return self._idle_pubsubs.pop()
+        return backend.client.pubsub()
+
+    def _give_back(self, pubsub: Any, *, reusable: bool) -> None:
+        if reusable:
+            with self._pubsub_lock:
+                if not self._closed and len(self._idle_pubsubs) < _IDLE_PUBSUBS:
+                    self._idle_pubsubs.append(pubsub)
+                    return
+        pubsub.close()
+
+    def _poll_until(self, call_id: str, deadline: float | None) -> ToolResult | None:
+        while True:
+            found = self._stored(call_id)
+            if found is not None:
+                return found
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            wait = 0.05 if deadline is None else min(0.05, max(deadline - time.monotonic(), 0))
+            time.sleep(wait)
 
     def call(
         self,
@@ -275,6 +430,11 @@ class VesselClient:
 
     def close(self) -> None:
         """Close the connections this client opened."""
+        with self._pubsub_lock:
+            self._closed = True
+            idle, self._idle_pubsubs = self._idle_pubsubs, []
+        for pubsub in idle:
+            pubsub.close()
         self.admission.close()
         if self._own_app:
             self.app.close()

@@ -112,6 +112,7 @@ SYSTEM_FOLDERS: frozenset[str] = frozenset(
         "/sys",
         "/tmp",
         "/usr",
+        "/.vessel",  # the staged /etc is mounted at /.vessel/etc (workers/sandbox/bwrap.py)
     }
 )
 

@@ -6,7 +6,7 @@ rebuilt on the client side with `ToolResult.from_dict`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["OutboxFile", "ToolResult"]
@@ -53,10 +53,22 @@ class ToolResult:
     skipped_files: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["files"] = [f.to_dict() for f in self.files]
-        data["skipped_files"] = list(self.skipped_files)
-        return data
+        # By hand, not `asdict`: every field is a plain value but the two
+        # tuples, and `asdict` deep-copies each one (a tenth of a ms per call).
+        return {
+            "call_id": self.call_id,
+            "agent": self.agent,
+            "tool": self.tool,
+            "is_error": self.is_error,
+            "output": self.output,
+            "dropped_chars": self.dropped_chars,
+            "exit_code": self.exit_code,
+            "status": self.status,
+            "duration_ms": self.duration_ms,
+            "files": [f.to_dict() for f in self.files],
+            "outcome": self.outcome,
+            "skipped_files": list(self.skipped_files),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolResult:

@@ -19,6 +19,8 @@ once: Celery's automatic store would let a later delivery overwrite it.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -44,11 +46,74 @@ __all__ = ["CallRuntime", "register_tasks", "run_call"]
 _log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Running:
     event: threading.Event = field(default_factory=threading.Event)
     #: True when the platform cancelled the call (not the watchdog).
     cancelled: bool = False
+
+
+class _Watchdog:
+    """One thread setting events at their deadlines (instead of a Timer per call).
+
+    `watch` returns an entry that `unwatch` disarms; disarmed entries stay in
+    the heap until they come up, or until they are most of it (then it is
+    rebuilt). The thread starts on the first `watch` and ends after
+    `_IDLE_SECONDS` with nothing to watch.
+    """
+
+    _IDLE_SECONDS = 10.0
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[list[Any]] = []
+        self._disarmed = 0
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, seconds: float, event: threading.Event) -> list[Any]:
+        entry: list[Any] = [time.monotonic() + seconds, next(self._order), event]
+        with self._cond:
+            heapq.heappush(self._heap, entry)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="vessel-watchdog", daemon=True
+                )
+                self._thread.start()
+            elif self._heap[0] is entry:
+                self._cond.notify()
+        return entry
+
+    def unwatch(self, entry: list[Any]) -> None:
+        with self._cond:
+            if entry[2] is None:
+                return
+            entry[2] = None
+            self._disarmed += 1
+            if self._disarmed > 64 and self._disarmed * 2 > len(self._heap):
+                self._heap = [e for e in self._heap if e[2] is not None]
+                heapq.heapify(self._heap)
+                self._disarmed = 0
+
+    def _loop(self) -> None:
+        with self._cond:
+            while True:
+                while self._heap and self._heap[0][2] is None:
+                    heapq.heappop(self._heap)
+                    self._disarmed -= 1
+                if not self._heap:
+                    self._cond.wait(self._IDLE_SECONDS)
+                    if not self._heap:
+                        self._thread = None
+                        return
+                    continue
+                left = self._heap[0][0] - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                entry = heapq.heappop(self._heap)
+                event, entry[2] = entry[2], None  # fired: `unwatch` has nothing to do
+                event.set()
 
 
 @dataclass(kw_only=True)
@@ -62,22 +127,33 @@ class CallRuntime:
     kind: Kind
     hostname: str
     settings: Settings
-    _running: dict[str, _Running] = field(default_factory=dict)
+    #: Call id -> its deliveries running here (nearly always one).
+    _running: dict[str, list[_Running]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _leases: dict[tuple[str, str], float] = field(default_factory=dict)
+    _watchdog: _Watchdog = field(default_factory=_Watchdog)
+
+    def __post_init__(self) -> None:
+        self.result_ttl = int(self.settings.result_expires_seconds)
 
     def lease_seconds(self, request: CallRequest) -> float:
         """The tool's time limit plus grace (the default limit for an unknown tool)."""
-        try:
-            limit = self.deployment.agent(request.agent).tool(request.tool).timeout_seconds
-        except VesselError:
-            limit = DEFAULT_TOOL_TIMEOUT_SECONDS
-        return limit + self.settings.lease_grace_seconds
+        key = (request.agent, request.tool)
+        lease = self._leases.get(key)
+        if lease is None:
+            try:
+                limit = self.deployment.agent(request.agent).tool(request.tool).timeout_seconds
+            except VesselError:
+                limit = DEFAULT_TOOL_TIMEOUT_SECONDS
+            lease = limit + self.settings.lease_grace_seconds
+            if len(self._leases) < 100_000:  # unknown tools come from messages
+                self._leases[key] = lease
+        return lease
 
     def on_cancel(self, call_id: str) -> None:
         """Called by the cancel listener: stop the call if it runs here."""
         with self._lock:
-            running = self._running.get(call_id)
-            if running is not None:
+            for running in self._running.get(call_id, ()):
                 running.cancelled = True
                 running.event.set()
 
@@ -88,25 +164,27 @@ class CallRuntime:
     def _start(self, call_id: str) -> _Running:
         running = _Running()
         with self._lock:
-            self._running[call_id] = running
+            self._running.setdefault(call_id, []).append(running)
         return running
 
-    def _end(self, call_id: str) -> None:
+    def _end(self, call_id: str, running: _Running) -> None:
         with self._lock:
-            self._running.pop(call_id, None)
+            deliveries = self._running.get(call_id)
+            if deliveries is None:
+                return
+            if running in deliveries:
+                deliveries.remove(running)
+            if not deliveries:
+                del self._running[call_id]
 
 
-def _execute(runtime: CallRuntime, request: CallRequest, lease: float) -> ToolResult:
-    running = runtime._start(request.call_id)
+def _execute(
+    runtime: CallRuntime, request: CallRequest, running: _Running, lease: float
+) -> ToolResult:
     # The runner kills at the tool's limit; this only fires if it did not.
-    watchdog = threading.Timer(max(lease - 1.0, 1.0), running.event.set)
-    watchdog.daemon = True
-    watchdog.start()
+    watch = runtime._watchdog.watch(max(lease - 1.0, 1.0), running.event)
     started = time.monotonic()
     try:
-        # A cancel that arrived between the claim and now.
-        if runtime.admission.cancel_requested(request.call_id):
-            runtime.on_cancel(request.call_id)
         result = runtime.executor.run(request, running.event)
     except Exception:  # Executor.run never raises; if it did, the call must still end
         _log.exception("call %s: the executor failed", request.call_id)
@@ -120,8 +198,7 @@ def _execute(runtime: CallRuntime, request: CallRequest, lease: float) -> ToolRe
             outcome="error",
         )
     finally:
-        watchdog.cancel()
-        runtime._end(request.call_id)
+        runtime._watchdog.unwatch(watch)
     if running.cancelled and result.outcome != "ok":
         return cancelled_result(request, duration_ms=(time.monotonic() - started) * 1000)
     return result
@@ -136,22 +213,29 @@ def run_call(runtime: CallRuntime, message: dict[str, Any]) -> str:
         _log.error("dropped a malformed call message: %.200r", message)
         return "malformed"
     lease = runtime.lease_seconds(request)
-    claim = runtime.admission.claim(request.call_id, runtime.hostname, int(lease * 1000))
-    if claim in ("done", "busy"):
-        _log.info("call %s: %s elsewhere, not run again", request.call_id, claim)
-        return claim
-    if claim == "cancelled":
-        result = cancelled_result(request)
-    else:
-        # No STARTED write to the backend: Flower sees task-started events,
-        # and the write would cost every call a round trip for no reader.
-        result = _execute(runtime, request, lease)
+    # Registered before the claim, which checks the cancel flag atomically: a
+    # cancel before the claim makes it "cancelled", one after it finds the
+    # call registered here when its message reaches the cancel listener.
+    running = runtime._start(request.call_id)
+    try:
+        claim = runtime.admission.claim(request.call_id, runtime.hostname, int(lease * 1000))
+        if claim in ("done", "busy"):
+            _log.info("call %s: %s elsewhere, not run again", request.call_id, claim)
+            return claim
+        if claim == "cancelled":
+            result = cancelled_result(request)
+        else:
+            # No STARTED write to the backend: Flower sees task-started events,
+            # and the write would cost every call a round trip for no reader.
+            result = _execute(runtime, request, running, lease)
+    finally:
+        runtime._end(request.call_id, running)
     stored = store_result_once(
         runtime.app,
         runtime.admission,
         result,
         hostname=runtime.hostname,
-        ttl_seconds=int(runtime.settings.result_expires_seconds),
+        ttl_seconds=runtime.result_ttl,
     )
     publish(runtime.app, runtime.admission.release(request.call_id))
     if stored:

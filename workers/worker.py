@@ -100,7 +100,9 @@ def build_executor(
 
         check_confinement()
         workspaces = WorkspaceStore(default_workspace_root())
-        return Executor(deployment, sandbox=SandboxRunner(workspaces)), workspaces
+        sandbox = SandboxRunner(workspaces)
+        _log.info("sandbox: VESSEL_SANDBOX_CGROUPS in force: %s", sandbox.cgroup_mode)
+        return Executor(deployment, sandbox=sandbox), workspaces
     from workers.service.caller import ServiceCaller  # noqa: PLC0415
 
     caller = ServiceCaller(deployment, agents=agents or None)

@@ -70,7 +70,7 @@ def test_service_calls_of_a_killed_worker_finish_elsewhere_once(cluster: Cluster
         client.submit("svc-crash", "work", {"n": i, "sleep": 2}, owner="web/alice")
         for i in range(CALLS)
     ]
-    _wait(lambda: len(cluster.recorder.records) == CALLS, 20, "not every call started")
+    _wait(lambda: len(cluster.recorder.records) == CALLS, 60, "not every call started")
     cluster.kill(victim)  # SIGKILL to the worker's whole process group
     results = [h.result(timeout=40) for h in handles]
     assert [r.outcome for r in results] == ["ok"] * CALLS
@@ -110,7 +110,7 @@ def test_declared_calls_of_a_killed_worker_finish_elsewhere_once(cluster: Cluste
         )
         for i in range(CALLS)
     ]
-    _wait(lambda: sum(_runs(cluster.workspaces).values()) == CALLS, 20, "not every call started")
+    _wait(lambda: sum(_runs(cluster.workspaces).values()) == CALLS, 60, "not every call started")
     cluster.kill(victim)
     # bubblewrap's --die-with-parent: the killed worker's tools die with it;
     # only the survivor's three remain.

@@ -450,3 +450,33 @@ def test_runtimes_start_under_the_memory_limit(sandbox: Sandbox, command: tuple[
         pytest.skip(f"{command[0]} is not installed here")
     result = sandbox.call(command=command, memory_mb=512, timeout=20)
     assert result.outcome == "ok", result.output
+
+
+def test_ulimit_script_units_match_prlimit() -> None:
+    limit = limits.Limits(file_size_bytes=3 * limits.MIB, data_bytes=256 * limits.MIB, processes=7)
+    text = limit.ulimit_script()
+    # dash: -f and -c in 512-byte blocks, -d and -l in KiB; no -H/-S sets both.
+    for step in ("ulimit -n 4096", "ulimit -f 6144", "ulimit -d 262144", "ulimit -c 0"):
+        assert step in text
+    assert "ulimit -l 64" in text and "ulimit -p 7" in text
+    assert text.endswith("|| exit 125")
+
+
+def test_cgroup_setting_is_read_once_and_checked() -> None:
+    assert cgroup.CgroupSettings.from_env({}).mode == "per-call"
+    assert cgroup.CgroupSettings.from_env({cgroup.ENV_SANDBOX_CGROUPS: "off"}).mode == "off"
+    with pytest.raises(ValueError, match="VESSEL_SANDBOX_CGROUPS"):
+        cgroup.CgroupSettings.from_env({cgroup.ENV_SANDBOX_CGROUPS: "sometimes"})
+
+
+def test_staged_etc_holds_only_the_allow_list(tmp_path: Path) -> None:
+    stage = bwrap.stage_etc(tmp_path / "etc")
+    names = set(os.listdir(stage))
+    assert {"passwd", "group", "hosts", "hostname"} <= names
+    assert not names & {"shadow", "gshadow", "sudoers", "machine-id", "ssh", "pip.conf"}
+    assert (stage / "passwd").read_text().startswith("root:x:0:0:root:/tmp/vessel:")
+    if (stage / "ssl").exists():
+        assert sorted(os.listdir(stage / "ssl")) <= ["certs", "openssl.cnf"]
+        assert os.listdir(stage / "ssl" / "certs") == []  # the host's is bound over it
+    again = bwrap.stage_etc(tmp_path / "etc")  # rebuilt in place
+    assert set(os.listdir(again)) == names

@@ -8,9 +8,13 @@ otherwise show every host path (workspace, package, mounts). The sandbox sees
 Layout (everything read-only except the workspace):
 
     /usr, /bin, /sbin, /lib*   the host's system folders (symlinks kept as symlinks)
-    /etc                       a short allow-list of harmless files (below), plus a
-                               synthetic passwd/group/hosts/hostname; never the
-                               host's shadow, ssh keys, TLS private keys or tokens
+    /etc                       a symlink to /.vessel/etc, where ONE read-only bind
+                               shows the worker's staged /etc (`stage_etc`): a copy
+                               of a short allow-list of harmless entries (below),
+                               plus a synthetic passwd/group/hosts/hostname; never
+                               the host's shadow, ssh keys, TLS private keys or
+                               tokens. /etc/ssl/certs is the host's, bound read-only
+                               over the stage's empty ssl/certs (kept current).
     /proc                      a new procfs: the new pid namespace shows only the call
     /dev                       bwrap's minimal /dev (null, zero, random, tty, pts...);
                                read-only, so /dev/shm cannot hold shared memory
@@ -27,9 +31,12 @@ Not bound: /root, /home, /var, /run, /opt, /srv, /mnt, /sys.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import os
+import secrets
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -39,12 +46,14 @@ from broker.constants import OUTBOX_PATH, PACKAGE_PATH, SANDBOX_HOME
 __all__ = [
     "COMMAND_PREFIX",
     "ETC_ALLOWED",
+    "ETC_MOUNT",
     "ETC_PARTS",
     "SANDBOX_ENV",
     "SANDBOX_HOSTNAME",
     "Layout",
     "bwrap_options",
     "spawn_env",
+    "stage_etc",
     "write_system_files",
 ]
 
@@ -92,6 +101,12 @@ ETC_ALLOWED: tuple[str, ...] = (
 )
 #: Host folders of /etc bound only in part.
 ETC_PARTS: tuple[str, ...] = ("ssl/certs", "ssl/openssl.cnf")
+#: Parts bound from the host (over an empty folder of the stage), not copied:
+#: the certificates change with the host's ca-certificates updates.
+_ETC_BOUND = ("ssl/certs",)
+#: Where the staged /etc is mounted inside; /etc is a symlink to it. One bind
+#: instead of one per entry (each bind costs bwrap about 0.3 ms).
+ETC_MOUNT = "/.vessel/etc"
 
 #: Run inside the sandbox before the tool's command: bwrap sets PWD after
 #: --chdir, and seed 000's environment holds exactly five variables.
@@ -125,6 +140,55 @@ def write_system_files(folder: Path) -> Path:
     return folder
 
 
+def stage_etc(folder: Path, etc: Path = Path("/etc")) -> Path:
+    """Build the sandbox's /etc in `folder` from scratch; return it.
+
+    What a call sees at /etc, as the per-entry binds showed it before: each
+    allowed top-level entry with its symlink followed (a bind resolves its
+    source), folders copied with their inner symlinks kept as symlinks, the
+    synthetic files, and an empty ssl/certs for the host's (bound over it).
+    Built in a fresh sibling folder and renamed into place: a call never binds
+    a half-built stage. Folders 0755 (umask aside); copied files keep their mode.
+    """
+    folder.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    build = folder.parent / f".{folder.name}.{secrets.token_hex(6)}"
+    build.mkdir(mode=0o755)
+    os.chmod(build, 0o755)  # noqa: S103 (the sandbox's /etc: world-readable, as the host's)
+    try:
+        for entry in _etc_entries(etc):
+            relative = Path(entry).relative_to(etc)
+            target = build / relative
+            if target.parent != build:
+                target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+                os.chmod(target.parent, 0o755)  # noqa: S103
+            if str(relative) in _ETC_BOUND:
+                target.mkdir(mode=0o755, exist_ok=True)
+                os.chmod(target, 0o755)  # noqa: S103
+                continue
+            try:
+                if os.path.isdir(entry):
+                    shutil.copytree(entry, target, symlinks=True)
+                else:
+                    shutil.copy2(entry, target)
+            except OSError:
+                # Unreadable here: leave it out (a partial copy would be worse).
+                with contextlib.suppress(OSError):
+                    if target.is_dir() and not target.is_symlink():
+                        shutil.rmtree(target)
+                    else:
+                        target.unlink()
+        write_system_files(build)
+        if folder.exists() or folder.is_symlink():
+            old = folder.parent / f".{folder.name}.old-{secrets.token_hex(6)}"
+            folder.rename(old)
+            shutil.rmtree(old, ignore_errors=True)
+        build.rename(folder)
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
+    return folder
+
+
 @functools.lru_cache(maxsize=1)
 def _etc_entries(etc: Path = Path("/etc")) -> tuple[str, ...]:
     """The allowed /etc entries present here; looked up once per process (~20 ms)."""
@@ -148,7 +212,8 @@ class Layout:
     #: sandbox path -> host folder, read-only.
     mounts: Mapping[str, Path]
     workdir: str
-    #: Folder holding the synthetic passwd, group, hosts, hostname.
+    #: The staged /etc (`stage_etc`): allowed copies plus the synthetic passwd,
+    #: group, hosts, hostname.
     system_files: Path
 
 
@@ -157,8 +222,9 @@ def _covered(path: str, roots: list[str]) -> bool:
     return any(p == PurePosixPath(r) or PurePosixPath(r) in p.parents for r in roots)
 
 
-def bwrap_options(layout: Layout, *, seccomp_fd: int) -> list[str]:
-    """Every bwrap option of one call, in order (the command is not included)."""
+@functools.lru_cache(maxsize=8)
+def _fixed_options(system_files: Path) -> tuple[str, ...]:
+    """The options that are the same for every call of this worker (cached)."""
     opts: list[str] = [
         # Namespaces: net, pid, ipc, uts, cgroup, user (explicit: --disable-userns needs it).
         "--unshare-all",
@@ -183,12 +249,21 @@ def bwrap_options(layout: Layout, *, seccomp_fd: int) -> list[str]:
             opts += ["--symlink", os.readlink(host), f"/{name}"]
         elif host.is_dir():
             opts += ["--ro-bind", str(host), f"/{name}"]
+    # /etc: the staged folder, bound once; the host's certificates over its ssl/certs.
+    opts += ["--ro-bind", str(system_files), ETC_MOUNT]
+    bound = {str(Path("/etc") / p) for p in _ETC_BOUND}
     for entry in _etc_entries():
-        opts += ["--ro-bind", entry, entry]
-    for name in ("passwd", "group", "hosts", "hostname"):
-        opts += ["--ro-bind", str(layout.system_files / name), f"/etc/{name}"]
+        if entry in bound:
+            opts += ["--ro-bind", entry, f"{ETC_MOUNT}{entry[len('/etc') :]}"]
+    opts += ["--symlink", ETC_MOUNT, "/etc"]
 
     opts += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    return tuple(opts)
+
+
+def bwrap_options(layout: Layout, *, seccomp_fd: int) -> list[str]:
+    """Every bwrap option of one call, in order (the command is not included)."""
+    opts = list(_fixed_options(layout.system_files))
     opts += ["--bind", str(layout.workspace), SANDBOX_HOME]
     opts += ["--bind", str(layout.outbox), OUTBOX_PATH]
     opts += ["--ro-bind", str(layout.package_dir), PACKAGE_PATH]

@@ -1,9 +1,22 @@
 """Resource limits of one call, set without `preexec_fn`.
 
 Workers are threaded (Celery's threads pool), and `preexec_fn` is not safe in a
-threaded parent, so the limits are set by an exec wrapper: util-linux `prlimit`
-sets them on itself and then executes bwrap, which (and everything it starts)
-inherits them. It costs one extra exec, about 1 ms.
+threaded parent, so the limits are set by the `/bin/sh` wrapper that runs
+before bwrap anyway (it also joins the call's cgroups, `cgroup.py`): dash's
+`ulimit` builtin sets each limit, soft and hard, on the shell itself, which then
+executes bwrap; bwrap and everything it starts inherit them. One exec of `sh`,
+no `prlimit` exec (`Limits.ulimit_script`).
+
+dash's `ulimit` has no flag for RLIMIT_MSGQUEUE, so that one (0: POSIX message
+queues, which seccomp refuses as well) is set once on the worker process itself
+(`restrict_worker_msgqueue`), where every call inherits it: the worker never
+uses message queues. `Limits.prlimit_argv` is the equivalent util-linux
+`prlimit` prefix, kept for reference and diagnostics.
+
+The cgroups each call gets are a setting, `$VESSEL_SANDBOX_CGROUPS` (read once
+when the runner is built, `cgroup.CgroupSettings`): `per-call` (the default:
+a pids and a memory cgroup per call where a v1 hierarchy is writable; on a root
+host a fork bomb must not take every pid) or `off` (no cgroup: what follows holds).
 
 What holds without cgroups (cgroups v1, not delegated): every limit here is
 per process, so a tool that forks N processes may use N times the memory; the
@@ -21,6 +34,7 @@ bomb only by the timeout.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 from dataclasses import dataclass
 
@@ -29,9 +43,11 @@ from broker.model import AgentSettings
 __all__ = [
     "MAX_OPEN_FILES",
     "MIB",
+    "MSGQUEUE_BYTES",
     "USER_PROCESSES",
     "Limits",
     "prlimit_binary",
+    "restrict_worker_msgqueue",
 ]
 
 MIB = 1024 * 1024
@@ -42,6 +58,8 @@ MAX_OPEN_FILES = 4096
 #: user at once, worker included. 2,048 holds 16 concurrent calls of a few dozen
 #: processes each plus a threaded worker, and stays far below pid_max (32,768).
 USER_PROCESSES = 2048
+#: RLIMIT_MSGQUEUE of every call (and of the worker process, see above).
+MSGQUEUE_BYTES = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,7 +81,7 @@ class Limits:
     #: RLIMIT_MEMLOCK: nothing needs to pin memory; 64 KiB is the kernel default.
     memlock_bytes: int = 64 * 1024
     #: RLIMIT_MSGQUEUE: POSIX message queues are refused by seccomp as well.
-    msgqueue_bytes: int = 0
+    msgqueue_bytes: int = MSGQUEUE_BYTES
     #: RLIMIT_NPROC, set only when the worker is not root (root ignores it).
     processes: int | None = None
 
@@ -92,6 +110,38 @@ class Limits:
             *([f"--nproc={pair(self.processes)}"] if self.processes is not None else []),
             "--",
         ]
+
+    def ulimit_script(self) -> str:
+        """dash `ulimit` commands setting these limits, soft and hard (no -H/-S: both).
+
+        dash's units: -f and -c in 512-byte blocks, -d and -l in KiB (rounded
+        down, so never looser). RLIMIT_MSGQUEUE has no dash flag: see
+        `restrict_worker_msgqueue`. A refused limit exits 125 before bwrap runs.
+        """
+        steps = [
+            f"ulimit -n {self.open_files}",
+            f"ulimit -f {self.file_size_bytes // 512}",
+            f"ulimit -d {self.data_bytes // 1024}",
+            f"ulimit -c {self.core_bytes // 512}",
+            f"ulimit -l {self.memlock_bytes // 1024}",
+            *([f"ulimit -p {self.processes}"] if self.processes is not None else []),
+        ]
+        return " && ".join(steps) + " || exit 125"
+
+
+def restrict_worker_msgqueue(limit: int = MSGQUEUE_BYTES) -> bool:
+    """Lower this process's RLIMIT_MSGQUEUE (soft and hard) to `limit`; True if it holds.
+
+    Inherited by every call (dash's `ulimit` cannot set it). Never raises it.
+    """
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_MSGQUEUE)
+        if not (0 <= hard <= limit and 0 <= soft <= limit):
+            resource.setrlimit(resource.RLIMIT_MSGQUEUE, (limit, limit))
+        soft, hard = resource.getrlimit(resource.RLIMIT_MSGQUEUE)
+    except (OSError, ValueError):
+        return False
+    return 0 <= soft <= limit and 0 <= hard <= limit
 
 
 def prlimit_binary() -> str | None:

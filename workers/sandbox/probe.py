@@ -61,8 +61,6 @@ def check_confinement() -> None:
 def _check() -> None:
     if shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin") is None:
         raise _fail(f"bubblewrap (bwrap) is not installed; {_FIX_BWRAP}")
-    if shutil.which("prlimit", path="/usr/bin:/bin:/usr/sbin:/sbin") is None:
-        raise _fail("prlimit is not installed; apt-get install -y util-linux")
     try:
         seccomp.filter_bytes()
     except (ImportError, OSError, AttributeError) as exc:

@@ -1,7 +1,13 @@
 """One declared call, confined: the runner the sandbox worker uses.
 
-    cgroup join (sh, where cgroups are writable) -> prlimit (rlimits) -> bwrap
+    /bin/sh (ulimit: rlimits; cgroup join where cgroups are on and writable) -> bwrap
         (namespaces, mounts, --args memfd, --seccomp memfd) -> the tool's command
+
+Cgroups: `SandboxRunner(..., cgroups=CgroupSettings(mode=...))`, by default
+`$VESSEL_SANDBOX_CGROUPS` read once here: `per-call` (default; a pids and a
+memory cgroup per call where a v1 hierarchy is writable) or `off` (none: the
+rlimits, RLIMIT_NPROC for a non-root worker, the pid namespace and the timeout
+hold; see `limits.py` and `cgroup.py`). `cgroup_mode` says which is in force.
 
 `run` never raises for anything a tool does: every outcome is a `ToolResult`.
 It is safe from many threads at once (every call has its own descriptors,
@@ -11,6 +17,7 @@ and from prefork children (nothing is inherited but the immutable filter bytes).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -31,10 +38,10 @@ from workers.sandbox.bwrap import (
     Layout,
     bwrap_options,
     spawn_env,
-    write_system_files,
+    stage_etc,
 )
-from workers.sandbox.cgroup import CallCgroup, CgroupSupport, wrapper_argv
-from workers.sandbox.limits import MIB, Limits, prlimit_binary
+from workers.sandbox.cgroup import CallCgroup, CgroupSettings, CgroupSupport, wrapper_argv
+from workers.sandbox.limits import MIB, Limits, restrict_worker_msgqueue
 from workers.sandbox.outbox import DEFAULT_OUTBOX_CAP_BYTES, collect_outbox, ensure_mount_point
 from workers.sandbox.process import Finished, run_process
 from workers.sandbox.workspace import WorkspaceStore
@@ -74,6 +81,26 @@ def _signal_name(returncode: int) -> str | None:
         return None
 
 
+#: A stage of a dead pid is removed only once this old: a pid may be another
+#: pid namespace's (workers in containers sharing one workspace root).
+_STALE_STAGE_SECONDS = 3600.0
+
+
+def _remove_stale_stages(system: Path, *, keep: Path) -> None:
+    """Remove `etc-<pid>` stages of processes gone for a while (best effort)."""
+    with contextlib.suppress(OSError):
+        for d in system.iterdir():
+            owner = d.name.removeprefix("etc-")
+            if d == keep or not d.name.startswith("etc-") or not owner.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{owner}").exists():
+                    continue
+                if time.time() - d.lstat().st_mtime < _STALE_STAGE_SECONDS:
+                    continue
+                shutil.rmtree(d, ignore_errors=True)
+
+
 class SandboxRunner:
     """Runs declared tools in bubblewrap; one per worker process."""
 
@@ -83,13 +110,20 @@ class SandboxRunner:
         *,
         output_hard_cap_bytes: int = DEFAULT_OUTPUT_HARD_CAP_BYTES,
         outbox_cap_bytes: int = DEFAULT_OUTBOX_CAP_BYTES,
+        cgroups: CgroupSettings | None = None,
     ) -> None:
         self.workspaces = workspaces
         self.output_hard_cap_bytes = output_hard_cap_bytes
         self.outbox_cap_bytes = outbox_cap_bytes
+        self.cgroup_settings = cgroups if cgroups is not None else CgroupSettings.from_env()
         self._bwrap = shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
-        self._prlimit = prlimit_binary()
-        self._cgroups = CgroupSupport.detect()
+        # dash's ulimit cannot set RLIMIT_MSGQUEUE: set it here, every call inherits it.
+        self._msgqueue_ok = restrict_worker_msgqueue()
+        self._cgroups = (
+            CgroupSupport.detect()
+            if self.cgroup_settings.mode == "per-call"
+            else CgroupSupport(parents={})
+        )
         self._system_files: Path | None = None
         self._lock = threading.Lock()
 
@@ -98,13 +132,29 @@ class SandboxRunner:
         """The cgroup controllers each call is placed in (empty: rlimits only)."""
         return self._cgroups.controllers
 
+    @property
+    def cgroup_mode(self) -> str:
+        """What is in force, for the start-up log: `off`, `per-call (memory, pids)`,
+        or `per-call (none writable: rlimits only)`."""
+        if self.cgroup_settings.mode == "off":
+            return "off"
+        return f"per-call ({', '.join(self._cgroups.controllers) or 'none writable: rlimits only'})"
+
     def _system_dir(self) -> Path:
+        """This process's staged /etc (`bwrap.stage_etc`), built at its first call.
+
+        One folder per worker process (`.system/etc-<pid>`), rebuilt if it went
+        missing (one stat per call); stages of dead workers are removed.
+        """
         with self._lock:
-            if self._system_files is None:
-                folder = self.workspaces.root / ".system" / "etc"
-                self._system_files = write_system_files(folder)
+            folder = self._system_files
+            if folder is None or not folder.is_dir():
+                system = self.workspaces.root / ".system"
+                folder = stage_etc(system / f"etc-{os.getpid()}")
                 os.chmod(self.workspaces.root, 0o700)
-            return self._system_files
+                _remove_stale_stages(system, keep=folder)
+                self._system_files = folder
+            return folder
 
     # --- the call ------------------------------------------------------------
 
@@ -131,10 +181,14 @@ class SandboxRunner:
 
         if cancel is not None and cancel.is_set():
             return result(is_error=True, output="[cancelled]", outcome="cancelled")
-        if self._bwrap is None or self._prlimit is None:
-            missing = "bubblewrap (bwrap)" if self._bwrap is None else "prlimit (util-linux)"
+        if self._bwrap is None or not self._msgqueue_ok:
+            missing = (
+                "bubblewrap (bwrap) not found"
+                if self._bwrap is None
+                else "RLIMIT_MSGQUEUE cannot be lowered"
+            )
             return result(
-                is_error=True, output=f"[sandbox unavailable: {missing} not found]", outcome="error"
+                is_error=True, output=f"[sandbox unavailable: {missing}]", outcome="error"
             )
 
         timeout = tool.timeout_seconds or agent.settings.tool_timeout_seconds
@@ -237,7 +291,7 @@ class SandboxRunner:
         cancel: threading.Event | None,
         cgroup: CallCgroup | None,
     ) -> Finished:
-        assert self._bwrap is not None and self._prlimit is not None
+        assert self._bwrap is not None
         layout = Layout(
             package_dir=agent.package_dir,
             workspace=workspace,
@@ -260,9 +314,9 @@ class SandboxRunner:
                 stdin = None
             else:
                 stdin = json.dumps(arguments).encode() + b"\n"
+            limits = Limits.for_agent(agent.settings).ulimit_script()
             argv = [
-                *(wrapper_argv(cgroup.procs_files) if cgroup is not None else []),
-                *Limits.for_agent(agent.settings).prlimit_argv(self._prlimit),
+                *wrapper_argv(cgroup.procs_files if cgroup is not None else [], limits),
                 self._bwrap,
                 "--args",
                 str(args_fd),

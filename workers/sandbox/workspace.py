@@ -81,6 +81,11 @@ class WorkspaceStore:
         self.root = Path(root)
         self.ttl_seconds = ttl_seconds
         self._lock = threading.Lock()
+        #: Parent folders made (and chmod-ed) once by this store: the root, the
+        #: agents' folders, the outboxes' folder. Nothing here removes them; if
+        #: something else does, the next mkdir below fails and they are redone.
+        self._ready: set[Path] = set()
+        self._resolved_root: Path | None = None
 
     def _agent_dir(self, agent_id: str) -> Path:
         if not agent_id or "/" in agent_id or agent_id.startswith("."):
@@ -91,31 +96,46 @@ class WorkspaceStore:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(path, 0o700)
 
+    def _ensure_parents(self, *paths: Path) -> None:
+        """`_ensure_dir` each of `paths` not yet made by this store (under the lock)."""
+        for path in paths:
+            if path not in self._ready:
+                self._ensure_dir(path)
+                self._ready.add(path)
+
+    def _make_fresh(self, path: Path, *parents: Path) -> None:
+        """mkdir `path` (0700) under `parents`, redoing them if they went missing."""
+        with self._lock:
+            self._ensure_parents(*parents)
+            try:
+                path.mkdir(mode=0o700)
+            except FileNotFoundError:
+                self._ready.difference_update(parents)
+                self._ensure_parents(*parents)
+                path.mkdir(mode=0o700)
+
     def for_turn(self, agent_id: str, turn: str | None) -> Path:
         """The turn's workspace, created if absent; turn None gives a fresh one-call one.
 
         A one-call workspace is the caller's to remove (`discard`) after the call.
         """
         agent_dir = self._agent_dir(agent_id)
+        if turn is None:
+            path = agent_dir / f"{_ONE_CALL_PREFIX}{secrets.token_hex(12)}"
+            self._make_fresh(path, self.root, agent_dir)  # new: its mtime is now
+            return path
         with self._lock:
             self._ensure_dir(self.root)
             self._ensure_dir(agent_dir)
-            if turn is None:
-                path = agent_dir / f"{_ONE_CALL_PREFIX}{secrets.token_hex(12)}"
-                path.mkdir(mode=0o700)
-            else:
-                path = agent_dir / _turn_key(turn)
-                self._ensure_dir(path)
+            path = agent_dir / _turn_key(turn)
+            self._ensure_dir(path)
             os.utime(path)
         return path
 
     def new_outbox(self) -> Path:
         """A fresh, empty folder for one call's $VESSEL_OUTBOX (remove it with `discard`)."""
-        with self._lock:
-            self._ensure_dir(self.root)
-            self._ensure_dir(self.root / _OUTBOXES)
         path = self.root / _OUTBOXES / secrets.token_hex(12)
-        path.mkdir(mode=0o700)
+        self._make_fresh(path, self.root, self.root / _OUTBOXES)
         return path
 
     def is_one_call(self, path: Path) -> bool:
@@ -124,9 +144,18 @@ class WorkspaceStore:
 
     def discard(self, path: Path) -> None:
         """Remove a workspace by path (a one-call workspace after its call)."""
-        resolved_root = self.root.resolve()
-        if resolved_root not in path.resolve().parents:
+        if self._resolved_root is None:
+            self._resolved_root = self.root.resolve()
+        if self._resolved_root not in path.resolve().parents:
             raise ValueError(f"{path} is not a workspace under {self.root}.")
+        # Fast path: a call that left nothing (an empty outbox, a one-call
+        # workspace holding only its empty outbox/); rmdir never follows a link.
+        # Anything else (ENOTEMPTY, ENOTDIR...) goes the thorough way.
+        with contextlib.suppress(OSError):
+            if self.is_one_call(path):
+                os.rmdir(path / "outbox")
+            os.rmdir(path)
+            return
         remove_tree(path)
 
     def touch(self, path: Path) -> None:
