@@ -123,12 +123,10 @@ def _worker_section(folder: Path, calls: int, top: int) -> str:
     from bench.deployment import TOOL_PING, TOOL_TRUE, write_deployment
     from bench.ours import OursClient
     from broker.admission import RedisAdmission
-    from broker.celery_app import make_app
-    from broker.client import longest_tool_seconds
     from broker.config import Settings
     from broker.queues import shared_lane
     from workers import tasks
-    from workers.worker import build_executor
+    from workers.worker import build_executor, build_runtime
 
     reports = []
     with Cluster(folder / "worker") as cluster:
@@ -145,20 +143,18 @@ def _worker_section(folder: Path, calls: int, top: int) -> str:
         deployment = client.deployment
         agent = deployment_files.agents[0]
         for kind, tool in (("service", TOOL_PING), ("sandbox", TOOL_TRUE)):
-            app = make_app(settings, longest_tool_seconds=longest_tool_seconds(deployment))
             executor, _ = build_executor(deployment, kind)
             admission = RedisAdmission.from_url(url)
             hostname = f"profile-{kind}@bench"
-            runtime = tasks.CallRuntime(
-                app=app,
+            runtime = build_runtime(
+                deployment,
+                settings,
+                kind,
                 admission=admission,
                 executor=executor,
-                deployment=deployment,
-                kind=kind,
                 hostname=hostname,
-                settings=settings,
             )
-            tasks.register_tasks(app, runtime)
+            app = runtime.app
             lane = shared_lane(kind)
             profiler = cProfile.Profile()
             original = tasks.run_call
@@ -323,12 +319,10 @@ def _burst_section(folder: Path, calls: int, top: int) -> str:
     from bench.deployment import TOOL_PING, write_deployment
     from bench.ours import OursClient
     from broker.admission import RedisAdmission
-    from broker.celery_app import make_app
-    from broker.client import longest_tool_seconds, publish
+    from broker.client import publish
     from broker.config import Settings
     from broker.queues import shared_lane
-    from workers import tasks
-    from workers.worker import build_executor
+    from workers.worker import build_executor, build_runtime
 
     profilers: list[cProfile.Profile] = []
     lock = threading.Lock()
@@ -352,20 +346,18 @@ def _burst_section(folder: Path, calls: int, top: int) -> str:
         settings = Settings(broker_url=url, result_backend=url)
         client = OursClient(files.path, url)
         deployment = client.deployment
-        app = make_app(settings, longest_tool_seconds=longest_tool_seconds(deployment))
         executor, _ = build_executor(deployment, "service")
         admission = RedisAdmission.from_url(url)
         hostname = "profile-burst@bench"
-        runtime = tasks.CallRuntime(
-            app=app,
+        runtime = build_runtime(
+            deployment,
+            settings,
+            "service",
             admission=admission,
             executor=executor,
-            deployment=deployment,
-            kind="service",
             hostname=hostname,
-            settings=settings,
         )
-        tasks.register_tasks(app, runtime)
+        app = runtime.app
         lane = shared_lane("service")
         agent = files.agents[0]
         threading.setprofile(start_profiling_thread)

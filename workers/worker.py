@@ -59,6 +59,7 @@ __all__ = [
     "DEFAULT_CONCURRENCY",
     "WorkerOptions",
     "build_executor",
+    "build_runtime",
     "check_eviction_policy",
     "embedded_client",
     "lanes_for",
@@ -243,6 +244,30 @@ def _hostname(options: WorkerOptions) -> str:
     return str(default_nodename(f"{options.kind}-{os.getpid()}"))
 
 
+def build_runtime(
+    deployment: Deployment,
+    settings: Settings,
+    kind: Kind,
+    *,
+    admission: Admission,
+    executor: Executor,
+    hostname: str,
+) -> CallRuntime:
+    """The Celery app of `deployment` with its task of `kind` registered on `runtime.app`."""
+    app: Celery = make_app(settings, longest_tool_seconds=longest_tool_seconds(deployment))
+    runtime = CallRuntime(
+        app=app,
+        admission=admission,
+        executor=executor,
+        deployment=deployment,
+        kind=kind,
+        hostname=hostname,
+        settings=settings,
+    )
+    register_tasks(app, runtime)
+    return runtime
+
+
 def run_worker(deployment: Deployment, settings: Settings, options: WorkerOptions) -> int:
     """Start a worker and block until it stops; returns its exit code.
 
@@ -266,19 +291,17 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
         with redis.Redis.from_url(backend) as client:
             check_eviction_policy(client, f"result backend {hide_password(backend)}")
 
-    app = make_app(settings, longest_tool_seconds=longest_tool_seconds(deployment))
     hostname = _hostname(options)
     concurrency = options.concurrency or DEFAULT_CONCURRENCY[options.kind]
-    runtime = CallRuntime(
-        app=app,
+    runtime = build_runtime(
+        deployment,
+        settings,
+        options.kind,
         admission=admission,
         executor=executor,
-        deployment=deployment,
-        kind=options.kind,
         hostname=hostname,
-        settings=settings,
     )
-    register_tasks(app, runtime)
+    app = runtime.app
     lanes = {lane: concurrency for lane in lanes_for(options.kind, options.agents)}
     housekeeper = _Housekeeper(runtime, lanes, workspaces)
     subscription: Subscription = admission.listen_cancels(
@@ -324,19 +347,12 @@ def embedded_client(
     anything starts.
     """
     executor, _workspaces = build_executor(deployment, kind, agents)
-    app: Celery = make_app(settings, longest_tool_seconds=longest_tool_seconds(deployment))
     admission: Admission = LocalAdmission()
     hostname = f"embedded-{os.getpid()}@{socket.gethostname()}"
-    runtime = CallRuntime(
-        app=app,
-        admission=admission,
-        executor=executor,
-        deployment=deployment,
-        kind=kind,
-        hostname=hostname,
-        settings=settings,
+    runtime = build_runtime(
+        deployment, settings, kind, admission=admission, executor=executor, hostname=hostname
     )
-    register_tasks(app, runtime)
+    app = runtime.app
     lane = shared_lane(kind)
     subscription = admission.listen_cancels(functools.partial(_on_message, runtime, _workspaces))
     try:

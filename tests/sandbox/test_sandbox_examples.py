@@ -4,38 +4,15 @@ workdir, a mount) and word_count (args mode)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from .conftest import Sandbox
 
-SPECIES_PY = """\
-# Prints every species page's frontmatter as JSON, optionally filtered by habitat; reads the request from stdin.
-import json
-import pathlib
-import sys
+# Seed 000's scripts, word for word, as the examples ship them.
+_TOOLS = Path(__file__).resolve().parents[2] / "examples" / "field-guide" / "tools"
+SPECIES_PY = (_TOOLS / "species.py").read_text()
+WORD_COUNT_PY = (_TOOLS / "word_count.py").read_text()
 
-request = json.load(sys.stdin)
-wanted = (request.get("habitat") or "").lower()
-rows = []
-for page in sorted(pathlib.Path("species").glob("*.md")):
-    head = page.read_text().split("---")[1]
-    fields = dict(line.split(": ", 1) for line in head.strip().splitlines())
-    habitats = [h.strip() for h in fields["habitat"].strip("[]").split(",")]
-    if wanted and wanted not in habitats:
-        continue
-    rows.append({"page": page.name, "name": fields["name"], "family": fields["family"],
-                 "habitat": habitats, "length_cm": int(fields["length_cm"])})
-print(json.dumps(rows, indent=1))
-"""  # noqa: E501 (seed 000's script, word for word)
-
-WORD_COUNT_PY = """\
-# tools/word_count.py: called as word_count.py --path=notes/a.md
-import argparse
-import pathlib
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--path", required=True)
-print(len(pathlib.Path(parser.parse_args().path).read_text().split()))
-"""
 
 PAGES = {
     "brown-trout.md": ("Brown trout", "Salmonidae", "[rivers, lakes]", 60),
