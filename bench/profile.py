@@ -6,7 +6,7 @@
 - client: `VesselClient.call` of the service tool against real workers (P2's
   client side: admission, publish, result polling);
 - worker: the worker side of a call, `workers.tasks.run_call` (claim, run,
-  store, release, publish), profiled in a solo-pool Celery worker started in
+  finish_call: done + result + release, publish), profiled in a solo-pool Celery worker started in
   this process against the bench's Redis, for a service and a declared call;
 - burst: a service burst into a threads-pool worker (x32) started in this
   process, every worker thread profiled (one cProfile per thread, merged):
@@ -227,7 +227,7 @@ def _steps_section(folder: Path, calls: int, top: int) -> str:
     from bench.deployment import TOOL_PING, write_deployment
     from bench.ours import OWNER, OursClient
     from bench.stats import summarize
-    from broker.client import publish, store_result_once
+    from broker.client import finish_call, publish, results_in_admission
     from broker.queues import shared_lane
     from broker.request import CallRequest
     from workers.worker import build_executor
@@ -246,6 +246,7 @@ def _steps_section(folder: Path, calls: int, top: int) -> str:
         # Capacity for the lane, as a worker's heartbeat would register it.
         publish(app, admission.heartbeat("service", "steps@bench", {lane: 1000}, 600_000))
         raw_http = httpx.Client()
+        in_one_script = results_in_admission(app, admission)
         times: dict[str, list[float]] = {}
 
         cpu: dict[str, list[float]] = {}
@@ -269,18 +270,22 @@ def _steps_section(folder: Path, calls: int, top: int) -> str:
             request = CallRequest(
                 call_id=call_id, agent=agent, tool=TOOL_PING, arguments={}, owner=OWNER
             )
+            # The worker's steps, as workers.tasks.run_call takes them.
             with step("worker: claim"):
                 admission.claim(call_id, "steps@bench", 60_000)
-            with step("worker: store STARTED"):
-                app.backend.store_result(call_id, {"hostname": "steps@bench"}, "STARTED")
-            with step("worker: cancel_requested"):
-                admission.cancel_requested(call_id)
             with step("worker: Executor.run (ServiceCaller)"):
                 result = executor.run(request)
-            with step("worker: store_result_once"):
-                store_result_once(app, admission, result, hostname="steps@bench", ttl_seconds=3600)
-            with step("worker: release + publish"):
-                publish(app, admission.release(call_id))
+            with step("worker: finish_call (result + release)"):
+                _, dispatched = finish_call(
+                    app,
+                    admission,
+                    result,
+                    hostname="steps@bench",
+                    ttl_seconds=3600,
+                    in_one_script=in_one_script,
+                )
+            with step("worker: publish the next call"):
+                publish(app, dispatched)
             with step("client: get_task_meta"):
                 meta = app.backend.get_task_meta(call_id)
             assert meta["status"] == "SUCCESS", meta

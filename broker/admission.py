@@ -57,6 +57,11 @@ timeout. Both paths end in one run of the tool:
 * `claim` (`SET vessel:claim:<id> NX PX lease`): a worker runs a call only if no
   result exists and no live worker holds it; otherwise it acks and returns.
 * `finish` (`SET vessel:done:<id> NX`): only the first result is stored.
+  When the result backend is this same Redis database (the default), the
+  worker's `complete` script does `finish`, writes the result as Celery's Redis
+  backend would (its key, its encoded value, SET with expiry + PUBLISH), and
+  `release`, atomically: one round trip, and no moment where a call is done
+  without its result.
 
 Cancel
 ------
@@ -70,7 +75,8 @@ Limits, stated plainly
 ----------------------
 * One Redis (or Sentinel), not Redis Cluster: the scripts compute the keys they
   touch. Redis must run with `maxmemory-policy noeviction` (workers check).
-* A worker killed in the microseconds between marking a call done and writing
+* With a result backend elsewhere (`VESSEL_RESULT_BACKEND` another Redis), a
+  worker killed in the microseconds between marking a call done and writing
   its result: the call is not run again (it may have had its effect); the
   recovery sweep finds it done without a result and stores an error result
   saying the worker stopped, so the platform still gets an answer.
@@ -109,6 +115,8 @@ from broker.queues import (
 
 if TYPE_CHECKING:
     import redis
+
+    from broker.envelope import Envelope
 
 __all__ = [
     "MAX_DISPATCH",
@@ -171,7 +179,14 @@ class Admission(Protocol):
         lease_ms: int,
         turn: str | None,
         ttl_seconds: int,
-    ) -> list[Dispatched]: ...
+        envelope: Envelope | None = None,
+    ) -> list[Dispatched]:
+        """Queue one call and dispatch; returns what the caller must publish.
+
+        With an `envelope` (`broker.envelope`) the Redis implementation pushes
+        the call into its lane itself when it is dispatched, and it is not returned.
+        """
+        ...
 
     def claim(self, call_id: str, hostname: str, lease_ms: int) -> ClaimOutcome: ...
 
@@ -264,6 +279,7 @@ class RedisAdmission:
                 "claim",
                 "finish",
                 "release",
+                "complete",
                 "cancel",
                 "heartbeat",
                 "recover",
@@ -299,6 +315,7 @@ class RedisAdmission:
         lease_ms: int,
         turn: str | None,
         ttl_seconds: int,
+        envelope: Envelope | None = None,
     ) -> list[Dispatched]:
         rows = self._run(
             "submit",
@@ -311,6 +328,7 @@ class RedisAdmission:
             ttl_seconds,
             turn or "",
             MAX_DISPATCH,
+            *((envelope.payload, envelope.route, envelope.tag) if envelope else ("", "", "")),
         )
         return _dispatched(rows)
 
@@ -323,6 +341,39 @@ class RedisAdmission:
 
     def release(self, call_id: str) -> list[Dispatched]:
         return _dispatched(self._run("release", call_id, MAX_DISPATCH))
+
+    def complete(
+        self,
+        call_id: str,
+        hostname: str,
+        ttl_seconds: int,
+        *,
+        result_key: bytes | str,
+        result_value: bytes | str,
+        result_ttl_seconds: int | None,
+    ) -> tuple[bool, list[Dispatched]]:
+        """`finish`, the result write and `release` in one script (one round trip).
+
+        Only for a result backend in this same Redis database: the key and
+        value are the backend's own (`broker.client.finish_call` builds them).
+        """
+        stored, rows = self._run(
+            "complete",
+            call_id,
+            hostname,
+            ttl_seconds,
+            result_key,
+            result_value,
+            result_ttl_seconds or 0,
+            MAX_DISPATCH,
+        )
+        return bool(stored), _dispatched(rows)
+
+    def same_database(self, connection_kwargs: Mapping[str, Any]) -> bool:
+        """True if `connection_kwargs` (redis-py's) name this client's server and database."""
+        mine = self._redis.connection_pool.connection_kwargs
+        keys = ("host", "port", "path", "db")
+        return all(str(mine.get(k, "")) == str(connection_kwargs.get(k, "")) for k in keys)
 
     def cancel(self, call_id: str, ttl_seconds: int) -> tuple[CancelOutcome, str | None]:
         outcome, message = self._run("cancel", call_id, ttl_seconds)

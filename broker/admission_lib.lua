@@ -55,9 +55,30 @@ local function settle_agent(kind, agent)
   return enqueue_agent(kind, agent)
 end
 
+-- `text` with the first `old` (plain text, not a pattern) replaced by `new`.
+local function replace_once(text, old, new)
+  local first, last = string.find(text, old, 1, true)
+  if not first then
+    return text
+  end
+  return string.sub(text, 1, first - 1) .. new .. string.sub(text, last + 1)
+end
+
+-- Push the call's prepared Celery message into the lane's Redis list, as kombu
+-- does for a publish (broker/envelope.py): a delivery tag of its own for this
+-- delivery (kombu keys its unacked bookkeeping on it) and the lane as routing key.
+local function push_envelope(id, lane, meta, fields)
+  local deliveries = redis.call('HINCRBY', meta, 'deliveries', 1)
+  local text = replace_once(fields[2], fields[4],
+    '"delivery_tag": ' .. cjson.encode('vessel-' .. id .. '-' .. deliveries))
+  text = replace_once(text, fields[3], '"routing_key": ' .. cjson.encode(lane))
+  redis.call('LPUSH', lane, text)
+end
+
 -- Take calls for `lane` while it has room, one per agent per turn of the ring.
--- Appends {call_id, lane, message} to `out`. O(1) per call dispatched: each
--- agent popped either yields a call or leaves the ring.
+-- A call with a prepared message is pushed into the lane here; the others are
+-- appended as {call_id, lane, message} to `out`, for the caller to publish.
+-- O(1) per call dispatched: each agent popped either yields a call or leaves the ring.
 local function dispatch(kind, lane, out, max_calls)
   local window = tonumber(redis.call('GET', P .. 'window:' .. lane) or '0')
   if window <= 0 then
@@ -80,13 +101,18 @@ local function dispatch(kind, lane, out, max_calls)
         local message = redis.call('GET', P .. 'call:' .. id)
         local meta = P .. 'meta:' .. id
         if message then
-          local lease = tonumber(redis.call('HGET', meta, 'lease_ms') or '60000')
+          local fields = redis.call('HMGET', meta, 'lease_ms', 'envelope', 'route', 'tag')
+          local lease = tonumber(fields[1] or '60000')
           local expiry = now + lease
           redis.call('ZADD', running, expiry, id)
           redis.call('ZADD', inflight, expiry, id)
           redis.call('ZADD', P .. kind .. ':leases', expiry, id)
           redis.call('HSET', meta, 'lane', lane)
-          out[#out + 1] = {id, lane, message}
+          if fields[2] and fields[3] and fields[4] then
+            push_envelope(id, lane, meta, fields)
+          else
+            out[#out + 1] = {id, lane, message}
+          end
           free = free - 1
           taken = taken + 1
         else

@@ -1,14 +1,19 @@
 -- Queue one call and dispatch.
--- ARGV: call_id, kind, agent, message, limit, lease_ms, record_ttl_s, turn ('' = none), max_calls
+-- ARGV: call_id, kind, agent, message, limit, lease_ms, record_ttl_s, turn ('' = none), max_calls,
+--       envelope, route, tag ('' = none: the caller publishes the call; see broker/envelope.py)
 local id, kind, agent, message = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local limit, lease_ms, ttl = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local turn, max_calls = ARGV[8], tonumber(ARGV[9])
+local envelope, route, tag = ARGV[10] or '', ARGV[11] or '', ARGV[12] or ''
 if redis.call('EXISTS', P .. 'meta:' .. id) == 1 or redis.call('EXISTS', P .. 'done:' .. id) == 1 then
   return redis.error_reply('call id ' .. id .. ' is already known')
 end
 redis.call('SET', P .. 'call:' .. id, message, 'EX', ttl)
 local meta = P .. 'meta:' .. id
 redis.call('HSET', meta, 'kind', kind, 'agent', agent, 'lease_ms', lease_ms)
+if envelope ~= '' then
+  redis.call('HSET', meta, 'envelope', envelope, 'route', route, 'tag', tag)
+end
 redis.call('EXPIRE', meta, ttl)
 redis.call('HSET', P .. kind .. ':limit', agent, limit)
 redis.call('RPUSH', P .. kind .. ':pending:' .. agent, id)

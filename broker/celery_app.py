@@ -18,6 +18,7 @@ from celery import Celery
 
 from broker.config import Settings
 from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
+from broker.transport import transport_for
 
 # `app` is also importable (module __getattr__), built on first use.
 __all__ = ["EMBEDDED_BACKEND", "EMBEDDED_BROKER", "default_app", "make_app"]
@@ -42,8 +43,12 @@ def make_app(
 def _configuration(settings: Settings, longest_tool_seconds: float) -> dict[str, Any]:
     embedded = settings.embedded
     visibility = settings.visibility_timeout(longest_tool_seconds)
+    always_events = settings.task_events == "always"
+    transport = transport_for(settings.broker_url) if settings.broker_url else None
     return {
         "broker_url": settings.broker_url or EMBEDDED_BROKER,
+        # kombu's Redis transport with one client per channel (broker/transport.py).
+        **({"broker_transport": transport} if transport else {}),
         "result_backend": settings.backend_url or EMBEDDED_BACKEND,
         # JSON only: a pickle accepted from the broker would run code in the
         # worker; every message and result here is plain JSON anyway.
@@ -80,11 +85,14 @@ def _configuration(settings: Settings, longest_tool_seconds: float) -> dict[str,
         # Results (and the call records kept with them) expire after this: the
         # platform reads a result soon or never, and Redis runs noeviction.
         "result_expires": int(settings.result_expires_seconds),
-        # Flower sees workers and calls only through events, and shows a call
-        # from the moment it is sent (with its agent and tool in args) only with
-        # sent events on.
-        "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        # Flower sees calls through task events. By default (VESSEL_TASK_EVENTS=
+        # on-request, Celery's own default) workers send them once a monitor
+        # asks (Flower broadcasts enable_events at start and every 5 s): four
+        # publishes a call cost nothing while nobody watches. `always` sends
+        # them from the start, and task-sent events from clients, so Flower
+        # shows a call from the moment it is submitted.
+        "worker_send_task_events": always_events,
+        "task_send_sent_event": always_events,
         # Record STARTED for tasks that store results through Celery. Ours
         # store explicitly (ignore_result=True, so a late duplicate can never
         # overwrite a result); Flower shows them as started from task events.

@@ -38,17 +38,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from celery import Celery
+from celery import Celery, states
 
 from broker.admission import Admission, Dispatched, RedisAdmission
 from broker.celery_app import make_app
 from broker.config import Settings
 from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
+from broker.envelope import EnvelopeFactory, send_call
 from broker.errors import CallTimeout
 from broker.model import Deployment
 from broker.owner import check_owner
-from broker.queues import TASK_NAMES
 from broker.request import CallRequest, new_call_id
+from broker.transport import transport_for
 from workers.result import ToolResult
 
 __all__ = [
@@ -56,8 +57,10 @@ __all__ = [
     "CallHandle",
     "VesselClient",
     "cancelled_result",
+    "finish_call",
     "longest_tool_seconds",
     "publish",
+    "results_in_admission",
     "store_result_once",
 ]
 
@@ -131,17 +134,8 @@ def publish(app: Celery, dispatched: Iterable[Dispatched]) -> None:
     try:
         with app.producer_or_acquire() as producer:
             for item in items:
-                app.send_task(
-                    TASK_NAMES[item.kind],
-                    args=[json.loads(item.message)],
-                    task_id=item.call_id,
-                    queue=item.lane,
-                    producer=producer,
-                    # The client waits on the result with its own AsyncResult;
-                    # without this Celery subscribes to every call's result channel
-                    # at publish time and never unsubscribes.
-                    ignore_result=True,
-                )
+                message = json.loads(item.message)
+                send_call(app, item.kind, item.call_id, message, lane=item.lane, producer=producer)
     except Exception as exc:  # see the docstring: recovery re-dispatches them
         _log.warning(
             "could not publish %d calls (%s); they are dispatched again when their lease ends",
@@ -163,6 +157,52 @@ def store_result_once(
         return False
     app.backend.store_result(result.call_id, result.to_dict(), "SUCCESS")
     return True
+
+
+def results_in_admission(app: Celery, admission: Admission) -> bool:
+    """True if the result backend is a Redis backend in admission's own Redis database.
+
+    Then a worker writes a result, its done mark and the slot's release in one
+    script (`finish_call`); checked once per worker.
+    """
+    if not isinstance(admission, RedisAdmission) or not _notifies(app.backend):
+        return False
+    pool = app.backend.client.connection_pool
+    return admission.same_database(pool.connection_kwargs)
+
+
+def finish_call(
+    app: Celery,
+    admission: Admission,
+    result: ToolResult,
+    *,
+    hostname: str,
+    ttl_seconds: int,
+    in_one_script: bool,
+) -> tuple[bool, list[Dispatched]]:
+    """Store `result` unless the call has one, free its slot; (stored, what to publish).
+
+    `in_one_script` (`results_in_admission`): the backend's key and encoded
+    result, built by the backend itself, are written by admission's `complete`
+    script with the done mark and the release: one round trip instead of four
+    (finish, Celery's read-before-write, its SET+PUBLISH, release).
+    """
+    if in_one_script and isinstance(admission, RedisAdmission):
+        backend = app.backend
+        meta = backend._get_result_meta(
+            result=result.to_dict(), state=states.SUCCESS, traceback=None, request=None
+        )
+        meta["task_id"] = result.call_id
+        return admission.complete(
+            result.call_id,
+            hostname,
+            ttl_seconds,
+            result_key=backend.get_key_for_task(result.call_id),
+            result_value=backend.encode(meta),
+            result_ttl_seconds=backend.expires,
+        )
+    stored = store_result_once(app, admission, result, hostname=hostname, ttl_seconds=ttl_seconds)
+    return stored, admission.release(result.call_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,11 +244,17 @@ class VesselClient:
                     "(or pass the embedded default's app and admission)"
                 )
             admission = RedisAdmission.from_url(self.settings.broker_url)
+            # Admission is in the broker's Redis: it can push each call's
+            # prepared message into its lane itself (broker/envelope.py).
+            envelopes = transport_for(self.settings.broker_url) is not None
+        else:
+            envelopes = False
         self.admission = admission
         self._own_app = app is None
         if app is None:
             app = make_app(self.settings, longest_tool_seconds=longest_tool_seconds(deployment))
         self.app = app
+        self._envelopes = EnvelopeFactory(app) if envelopes else None
         self._pubsub_lock = threading.Lock()
         self._idle_pubsubs: list[Any] = []
         self._closed = False
@@ -239,15 +285,22 @@ class VesselClient:
             turn=turn,
         )
         lease_ms = int((found.timeout_seconds + self.settings.lease_grace_seconds) * 1000)
+        message = request.to_message()
+        envelope = (
+            self._envelopes.build(found.kind, request.call_id, message)
+            if self._envelopes is not None
+            else None
+        )
         dispatched = self.admission.submit(
             call_id=request.call_id,
             kind=found.kind,
             agent=agent,
-            message=json.dumps(request.to_message()),
+            message=json.dumps(message),
             limit=limit,
             lease_ms=lease_ms,
             turn=turn,
             ttl_seconds=self._ttl,
+            envelope=envelope,
         )
         publish(self.app, dispatched)
         return CallHandle(request.call_id, self)

@@ -8,6 +8,9 @@
     VESSEL_HEARTBEAT_SECONDS       how often a worker re-registers its capacity (2)
     VESSEL_SWEEP_SECONDS           how often a worker re-queues expired leases (2)
     VESSEL_RESULT_EXPIRES          seconds a result (and the call's records) are kept (86400)
+    VESSEL_TASK_EVENTS             `on-request` (default): workers send Celery task events
+                                   while a monitor asks for them (Flower does, every 5 s);
+                                   `always`: from the start, and clients send task-sent events
 
 The two URLs may carry a password; `repr` and `str` never show it.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from broker.constants import ENV_BROKER_URL, ENV_RESULT_BACKEND
@@ -31,8 +35,11 @@ __all__ = [
     "ENV_LEASE_GRACE_SECONDS",
     "ENV_RESULT_EXPIRES",
     "ENV_SWEEP_SECONDS",
+    "ENV_TASK_EVENTS",
     "ENV_VISIBILITY_TIMEOUT",
+    "TASK_EVENT_MODES",
     "Settings",
+    "TaskEvents",
     "hide_password",
 ]
 
@@ -41,6 +48,12 @@ ENV_VISIBILITY_TIMEOUT = "VESSEL_VISIBILITY_TIMEOUT"
 ENV_HEARTBEAT_SECONDS = "VESSEL_HEARTBEAT_SECONDS"
 ENV_SWEEP_SECONDS = "VESSEL_SWEEP_SECONDS"
 ENV_RESULT_EXPIRES = "VESSEL_RESULT_EXPIRES"
+ENV_TASK_EVENTS = "VESSEL_TASK_EVENTS"
+
+TaskEvents = Literal["on-request", "always"]
+#: `on-request` is Celery's own default (a worker sends events once a monitor
+#: runs `enable_events`); every event is a publish to the broker, four per call.
+TASK_EVENT_MODES: tuple[TaskEvents, ...] = ("on-request", "always")
 
 #: Time a call may overrun its tool's limit (kill, outbox, result write) before
 #: its slot is taken back and the call given to another worker.
@@ -80,6 +93,16 @@ def _number(environ: Mapping[str, str], name: str, default: float | None) -> flo
     return value
 
 
+def _task_events(environ: Mapping[str, str]) -> TaskEvents:
+    text = environ.get(ENV_TASK_EVENTS, "").strip() or "on-request"
+    for mode in TASK_EVENT_MODES:
+        if text == mode:
+            return mode
+    raise ConfigError(
+        f"{ENV_TASK_EVENTS} must be one of {', '.join(TASK_EVENT_MODES)}, not {text!r}."
+    )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
     """Where the broker and results live, and the timings of leases and heartbeats."""
@@ -93,8 +116,14 @@ class Settings:
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
     sweep_seconds: float = DEFAULT_SWEEP_SECONDS
     result_expires_seconds: float = DEFAULT_RESULT_EXPIRES_SECONDS
+    task_events: TaskEvents = "on-request"
 
     def __post_init__(self) -> None:
+        if self.task_events not in TASK_EVENT_MODES:
+            raise ConfigError(
+                f"{ENV_TASK_EVENTS} must be one of {', '.join(TASK_EVENT_MODES)}, "
+                f"not {self.task_events!r}."
+            )
         for name, url in (
             (ENV_BROKER_URL, self.broker_url),
             (ENV_RESULT_BACKEND, self.result_backend),
@@ -127,6 +156,7 @@ class Settings:
             or DEFAULT_SWEEP_SECONDS,
             result_expires_seconds=_number(env, ENV_RESULT_EXPIRES, DEFAULT_RESULT_EXPIRES_SECONDS)
             or DEFAULT_RESULT_EXPIRES_SECONDS,
+            task_events=_task_events(env),
         )
 
     @property
@@ -158,7 +188,8 @@ class Settings:
             f"lease_grace_seconds={self.lease_grace_seconds}, "
             f"visibility_timeout_seconds={self.visibility_timeout_seconds}, "
             f"heartbeat_seconds={self.heartbeat_seconds}, sweep_seconds={self.sweep_seconds}, "
-            f"result_expires_seconds={self.result_expires_seconds})"
+            f"result_expires_seconds={self.result_expires_seconds}, "
+            f"task_events={self.task_events!r})"
         )
 
     __str__ = __repr__

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 from celery.contrib.testing.worker import TestWorkController
@@ -23,6 +23,9 @@ from celery.worker import state
 
 from broker.admission import CancelOutcome, ClaimOutcome, Dispatched, Subscription
 from broker.queues import END_TURN_PREFIX, Kind, dedicated_lane, shared_lane
+
+if TYPE_CHECKING:
+    from broker.envelope import Envelope
 
 __all__ = ["LocalAdmission", "embedded_worker"]
 
@@ -126,8 +129,10 @@ class LocalAdmission:
         lease_ms: int,
         turn: str | None,
         ttl_seconds: int,
+        envelope: Envelope | None = None,
     ) -> list[Dispatched]:
-        del lease_ms, ttl_seconds  # nothing expires in one process
+        # Nothing expires in one process; every call is published by its caller.
+        del lease_ms, ttl_seconds, envelope
         out: list[Dispatched] = []
         with self._lock:
             if call_id in self._calls or call_id in self._done:

@@ -3,6 +3,7 @@ waiting, and cancel of calls that are still queued. Settings from the environmen
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -87,3 +88,78 @@ def test_a_client_needs_a_broker() -> None:
     deployment = load_deployment(EXAMPLES / "deployment.toml")
     with pytest.raises(ValueError, match="VESSEL_BROKER_URL"):
         VesselClient(deployment, Settings())
+
+
+def _lane_ids(redis_url: str, lane: str) -> list[str]:
+    """Task ids of the messages waiting in a lane, oldest first (kombu LPUSHes, BRPOPs)."""
+    with redis.Redis.from_url(redis_url) as r:
+        return [json.loads(m)["headers"]["id"] for m in reversed(r.lrange(lane, 0, -1))]
+
+
+def _finished(client: VesselClient, call_id: str, output: str, *, in_one_script: bool):
+    from broker.client import finish_call
+    from workers.result import ToolResult
+
+    result = ToolResult(
+        call_id=call_id, agent="field-guide", tool="species", is_error=False, output=output
+    )
+    return finish_call(
+        client.app,
+        client.admission,
+        result,
+        hostname="w1",
+        ttl_seconds=600,
+        in_one_script=in_one_script,
+    )
+
+
+@pytest.mark.parametrize("in_one_script", [True, False])
+def test_a_result_is_stored_once_readable_through_celery_and_frees_the_slot(
+    client: VesselClient, redis_url: str, in_one_script: bool
+) -> None:
+    from celery.result import AsyncResult
+
+    from broker.client import results_in_admission
+    from broker.queues import shared_lane
+
+    # The default: results go to the broker's Redis, so one script can write them.
+    assert results_in_admission(client.app, client.admission) is True
+    limit = client.deployment.agent("field-guide").max_concurrent_calls
+    # A live worker of capacity 1: its lane takes 1 + a slack of 2 calls.
+    client.admission.heartbeat("sandbox", "w1", {shared_lane("sandbox"): 1}, 10_000)
+    handles = [
+        client.submit("field-guide", "species", {}, owner="web/alice") for _ in range(limit + 4)
+    ]
+    first = handles[0].call_id
+    lane = shared_lane("sandbox")
+    assert _lane_ids(redis_url, lane) == [h.call_id for h in handles[:3]]
+    assert client.admission.claim(first, "w1", 60_000) == "run"
+    stored, dispatched = _finished(client, first, "first", in_one_script=in_one_script)
+    assert stored is True
+    # The freed place goes to the next call, pushed into the lane by admission.
+    assert dispatched == []
+    assert _lane_ids(redis_url, lane)[-1] == handles[3].call_id
+    # A second result for the same call (a duplicate delivery) changes nothing.
+    again, _ = _finished(client, first, "second", in_one_script=in_one_script)
+    assert again is False
+    assert handles[0].result(timeout=1).output == "first"
+    # Celery reads it as its own: state, result, expiry.
+    assert AsyncResult(first, app=client.app).state == "SUCCESS"
+    assert AsyncResult(first, app=client.app).result["output"] == "first"
+    key = client.app.backend.get_key_for_task(first)
+    ttl = redis.Redis.from_url(redis_url).ttl(key)
+    assert 0 < ttl <= int(client.settings.result_expires_seconds)
+
+
+def test_results_in_another_redis_are_stored_through_celery(
+    redis_url: str, redis_server: str
+) -> None:
+    from broker.client import results_in_admission
+
+    deployment = load_deployment(EXAMPLES / "deployment.toml")
+    other = f"{redis_server}/62"
+    found = VesselClient(deployment, Settings(broker_url=redis_url, result_backend=other))
+    try:
+        assert results_in_admission(found.app, found.admission) is False
+    finally:
+        found.close()

@@ -183,3 +183,73 @@ def test_recovery_releases_a_call_done_whose_worker_died_before_releasing(
     assert ids(dispatched) == ["a2"]  # the slot came back
     assert admission.claim("a1", "w2", 5_000) == "done"
     admission.close()
+
+
+def _enveloped(admission: RedisAdmission, app, call_id: str, agent: str, **kw):
+    from broker.envelope import build_envelope
+
+    message = {"call_id": call_id, "agent": agent, "tool": "t", "owner": "a/b"}
+    envelope = build_envelope(app, "service", call_id, message)
+    assert envelope is not None
+    return admission.submit(
+        call_id=call_id,
+        kind="service",
+        agent=agent,
+        message=json.dumps(message),
+        limit=kw.get("limit", 100),
+        lease_ms=kw.get("lease_ms", 60_000),
+        turn=None,
+        ttl_seconds=600,
+        envelope=envelope,
+    )
+
+
+def _waiting(redis_url: str, lane: str) -> list[dict]:
+    """The kombu messages waiting in a lane, oldest first."""
+    client = redis.Redis.from_url(redis_url)
+    found = [json.loads(m) for m in reversed(client.lrange(lane, 0, -1))]
+    client.close()
+    return found
+
+
+def test_a_prepared_message_is_pushed_into_its_lane_by_admission(redis_url: str) -> None:
+    from broker.celery_app import make_app
+    from broker.config import Settings
+
+    app = make_app(Settings(broker_url=redis_url))
+    admission = RedisAdmission.from_url(redis_url)
+    admission.heartbeat("service", "w1", {LANE: 1}, 10_000)
+    assert _enveloped(admission, app, "e1", "a", lease_ms=200) == []  # nothing to publish
+    [message] = _waiting(redis_url, LANE)
+    # What Celery and kombu would have published, with a delivery tag of its own.
+    assert message["headers"]["id"] == "e1" and message["headers"]["task"] == "vessel.service_call"
+    assert message["properties"]["delivery_info"]["routing_key"] == LANE
+    assert message["properties"]["delivery_tag"] == "vessel-e1-1"
+    # Delivered again after its lease ran out: a new tag, so kombu's unacked
+    # bookkeeping of the first delivery is not mistaken for this one.
+    assert admission.claim("e1", "dead-worker", 200) == "run"
+    time.sleep(0.3)
+    assert admission.recover("service") == ([], [])
+    again = _waiting(redis_url, LANE)[-1]
+    assert again["headers"]["id"] == "e1"
+    assert again["properties"]["delivery_tag"] == "vessel-e1-2"
+    app.close()
+    admission.close()
+
+
+def test_a_prepared_message_goes_to_the_dedicated_lane_with_its_routing_key(
+    redis_url: str,
+) -> None:
+    from broker.celery_app import make_app
+    from broker.config import Settings
+
+    app = make_app(Settings(broker_url=redis_url))
+    admission = RedisAdmission.from_url(redis_url)
+    admission.heartbeat("service", "shared", {LANE: 4}, 10_000)
+    admission.heartbeat("service", "mine", {"vessel.service.a": 1}, 10_000)
+    assert _enveloped(admission, app, "e1", "a") == []
+    assert _waiting(redis_url, LANE) == []
+    [message] = _waiting(redis_url, "vessel.service.a")
+    assert message["properties"]["delivery_info"]["routing_key"] == "vessel.service.a"
+    app.close()
+    admission.close()

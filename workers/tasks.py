@@ -9,8 +9,9 @@
    sets (the runner kills the process tree) and a watchdog that sets it too if
    the call outlives its lease: Celery's own time limits do not work on the
    threads pool and a hard limit would leave the tool's processes running;
-3. store the result unless one exists (`store_result_once`);
-4. release the slot and publish what admission dispatches next;
+3. store the result unless one exists, and release the slot (`finish_call`:
+   one script when the result backend is admission's Redis, the default);
+4. publish what admission dispatches next;
 5. count it (`workers.metrics.observe`).
 
 Tasks use `ignore_result=True` because they store their result themselves,
@@ -30,7 +31,7 @@ from typing import Any
 from celery import Celery
 
 from broker.admission import Admission
-from broker.client import cancelled_result, publish, store_result_once
+from broker.client import cancelled_result, finish_call, publish, results_in_admission
 from broker.config import Settings
 from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
 from broker.errors import VesselError
@@ -135,6 +136,7 @@ class CallRuntime:
 
     def __post_init__(self) -> None:
         self.result_ttl = int(self.settings.result_expires_seconds)
+        self.results_in_admission = results_in_admission(self.app, self.admission)
 
     def lease_seconds(self, request: CallRequest) -> float:
         """The tool's time limit plus grace (the default limit for an unknown tool)."""
@@ -230,14 +232,15 @@ def run_call(runtime: CallRuntime, message: dict[str, Any]) -> str:
             result = _execute(runtime, request, running, lease)
     finally:
         runtime._end(request.call_id, running)
-    stored = store_result_once(
+    stored, dispatched = finish_call(
         runtime.app,
         runtime.admission,
         result,
         hostname=runtime.hostname,
         ttl_seconds=runtime.result_ttl,
+        in_one_script=runtime.results_in_admission,
     )
-    publish(runtime.app, runtime.admission.release(request.call_id))
+    publish(runtime.app, dispatched)
     if stored:
         metrics.observe(result, runtime.kind)
     return result.outcome if stored else "duplicate"

@@ -334,6 +334,8 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
 def _close(executor: Executor) -> None:
     if executor.service is not None:
         executor.service.close()
+    if executor.sandbox is not None:
+        executor.sandbox.close()  # its slot launchers and their cgroups
 
 
 @contextmanager

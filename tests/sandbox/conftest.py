@@ -114,7 +114,10 @@ def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
     package.mkdir()
     data.mkdir()
     runner = SandboxRunner(WorkspaceStore(tmp_path / "workspaces"))
-    yield Sandbox(root=tmp_path, package=package, data=data, runner=runner)
+    made = Sandbox(root=tmp_path, package=package, data=data, runner=runner)
+    yield made
+    runner.close()
+    made.runner.close()  # a test may have put its own runner in
 
 
 def _stops_growing(path: Path, *, wait: float = 0.4) -> bool:

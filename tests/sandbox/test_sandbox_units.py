@@ -15,7 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from workers.sandbox import bwrap, cgroup, limits, outbox, probe, process, runner, seccomp
+from workers.sandbox import (
+    bwrap,
+    cgroup,
+    launcher,
+    limits,
+    outbox,
+    probe,
+    process,
+    runner,
+    seccomp,
+)
 from workers.sandbox import workspace as workspace_module
 from workers.sandbox.outbox import collect_outbox, ensure_mount_point
 from workers.sandbox.runner import SandboxRunner, format_seconds, timed_out_text
@@ -107,7 +117,11 @@ def test_parallel_calls_of_one_turn_keep_their_own_outbox(sandbox: Sandbox) -> N
     for t in threads:
         t.join()
     assert results == {n: (f"['{n}.txt']\n", [f"{n}.txt"]) for n in range(3)}
-    assert list((sandbox.runner.workspaces.root / ".outbox").iterdir()) == []
+    store = sandbox.runner.workspaces
+    store.flush()  # outboxes are removed off the calls' path
+    outboxes = store.root / ".outbox"
+    assert set(outboxes.iterdir()) == set(store._spares.get(outboxes, []))  # fresh ones only
+    assert all(list(spare.iterdir()) == [] for spare in outboxes.iterdir())
 
 
 def test_outbox_files_do_not_carry_over_between_calls(sandbox: Sandbox) -> None:
@@ -153,8 +167,27 @@ def test_workspace_turn_ids_never_become_paths(tmp_path: Path) -> None:
 def test_one_call_workspace_is_fresh_and_removed_after_the_call(sandbox: Sandbox) -> None:
     result = sandbox.call("import os; print(os.listdir('/tmp/vessel'))")
     assert result.output == "['outbox']\n"
-    agent_dir = sandbox.runner.workspaces.root / "test-agent"
-    assert list(agent_dir.iterdir()) == []
+    store = sandbox.runner.workspaces
+    store.flush()  # removed off the call's path; fresh ones made ahead are all that is left
+    agent_dir = store.root / "test-agent"
+    assert set(agent_dir.iterdir()) == set(store._spares.get(agent_dir, []))
+    for spare in agent_dir.iterdir():
+        assert [p.name for p in spare.iterdir()] == ["outbox"]
+        assert list((spare / "outbox").iterdir()) == []
+
+
+def test_one_call_workspaces_made_ahead_are_fresh_each_call(sandbox: Sandbox) -> None:
+    write = (
+        "import os\n"
+        "print(sorted(os.listdir('/tmp/vessel')), os.listdir(os.environ['VESSEL_OUTBOX']))\n"
+        "open('/tmp/vessel/left', 'w').write('x')\n"
+        "open(os.environ['VESSEL_OUTBOX'] + '/f', 'w').write('x')\n"
+    )
+    for _ in range(4):
+        result = sandbox.call(write)
+        assert result.output == "['outbox'] []\n"
+        assert [f.name for f in result.files] == ["f"]
+        sandbox.runner.workspaces.flush()  # the janitor made the next ones ahead
 
 
 def test_end_turn_removes_the_workspace(tmp_path: Path) -> None:
@@ -359,13 +392,16 @@ def test_no_descriptor_leaks(sandbox: Sandbox) -> None:
 
 
 def test_cgroups_are_removed_after_calls(sandbox: Sandbox) -> None:
+    # The direct path: one cgroup per call, removed after it.
+    sandbox.runner = SandboxRunner(sandbox.runner.workspaces, launchers=False)
     support = sandbox.runner._cgroups
     if not support.controllers:
         pytest.skip("no writable cgroup hierarchy on this host")
     sandbox.call(shell="sleep 30 & sleep 30", timeout=0.3)
     prefix = f"vessel-call-{os.getpid()}-"
-    for parent in support.parents.values():
-        assert not [d for d in parent.iterdir() if d.name.startswith(prefix)]
+    for parent in support.parents.values():  # call cgroups: `<prefix><n>` (slots: `slot<n>`)
+        names = [d.name for d in parent.iterdir() if d.name.startswith(prefix)]
+        assert not [n for n in names if n[len(prefix) :].isdigit()]
 
 
 # --- building blocks ----------------------------------------------------------------------------
@@ -425,6 +461,7 @@ def test_exported_names_exist() -> None:
     for module in (
         bwrap,
         cgroup,
+        launcher,
         limits,
         outbox,
         process,

@@ -63,6 +63,18 @@ def test_flower_lists_both_kinds_and_every_call(
         assert shared_lane(kind) in queues, queues
         assert entry["stats"]["pool"]["max-concurrency"] == 2
 
+    # Task events are on request (VESSEL_TASK_EVENTS=on-request, Celery's default):
+    # Flower broadcasts enable_events at start and every 5 s; calls are seen from
+    # the moment each worker has received it.
+    def events_enabled() -> bool:
+        return all(
+            "Events of group {task} enabled by remote" in process.output()
+            for process in cluster.processes
+            if process.name.startswith("worker-")
+        )
+
+    wait_for(events_enabled, timeout=30, what="Flower enabling task events", explain=cluster.logs)
+
     calls = [
         ("echo", {"say": "hello flower"}, "sandbox", "ok"),
         ("fail", {}, "sandbox", "error"),

@@ -11,18 +11,33 @@ mounted, as on these machines:
 - memory.limit_in_bytes = the agent's memory_limit_mb (the whole call, on top
   of the per-process RLIMIT_DATA).
 
-Without `preexec_fn`, a process is placed in a cgroup by a `/bin/sh` wrapper that
-sets the call's rlimits (`ulimit`, `limits.py`), writes its own pid into each
-`cgroup.procs` and then executes bwrap: everything bwrap starts is born inside.
+How a call is placed inside, without `preexec_fn` (the worker is threaded):
+
+- on the launcher path (`launcher.py`, the default), each launcher owns a
+  "slot" cgroup per controller (`create(kind="slot")`, pids.max = PIDS_MAX + 1:
+  the launcher counts as one) and joins it once at its start; everything it
+  starts is born inside. Per call the runner sets the slot's
+  memory.limit_in_bytes (when it changes) and reads memory.failcnt after it
+  (the reading after the previous call is this call's zero); before reuse the
+  slot must hold no process but the launcher (pids.current = 1);
+- on the direct path (no launcher could start, or memory_limit_mb below
+  `launcher.MIN_DATA_BYTES`), each call gets a fresh cgroup
+  per controller, and a `/bin/sh` wrapper sets the call's rlimits (`ulimit`,
+  `limits.py`), writes its own pid into each `cgroup.procs` and then executes
+  bwrap (`wrapper_argv`).
+
+Writing cgroup.procs waits for an RCU grace period on a cgroup v1 host (about
+10 ms when no other cgroup write happened just before): once per launcher
+instead of once per call.
 
 `$VESSEL_SANDBOX_CGROUPS` (`CgroupSettings`, read once when the runner is built)
-chooses: `per-call` (default) makes the cgroups above where a hierarchy is
-writable; `off` makes none (no per-call cgroup join: about 10 ms less per call on
-a cgroup v1 host, where writing cgroup.procs waits for an RCU grace period), and
-the limits are those of "without cgroups" below. Where no hierarchy is
-writable (cgroups v2 not delegated, read-only /sys/fs/cgroup), `CgroupSupport.detect`
-returns controllers=() and the runner relies on the rlimits, the pid namespace
-and the timeout (see `limits.py`). cgroup v2 delegation is not implemented yet.
+chooses: `per-call` (default) gives each call the caps above where a hierarchy is
+writable; `off` makes none, and the limits are those of "without cgroups" below.
+Where no hierarchy is writable (cgroups v2 not delegated, read-only /sys/fs/cgroup),
+`CgroupSupport.detect` returns controllers=() and the runner relies on the
+rlimits, the pid namespace and the timeout (see `limits.py`). cgroup v2
+delegation is not implemented yet. Call and slot cgroups are named
+`vessel-call-<worker pid>-...`; `sweep` removes those of dead workers.
 """
 
 from __future__ import annotations
@@ -33,7 +48,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -62,6 +77,9 @@ PIDS_MAX = 512
 
 CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
 _PREFIX = "vessel-call-"
+#: Numbers the cgroups of this process (every runner of it: names never collide).
+_COUNTER = itertools.count()
+_COUNTER_LOCK = threading.Lock()
 #: `sweep` leaves call cgroups younger than this (a call lasts minutes at most).
 _SWEEP_MIN_AGE_SECONDS = 3600.0
 #: The wrapper: join every cgroup named before `--`, then exec the rest. sh
@@ -121,19 +139,35 @@ def _own_path(controller: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class CallCgroup:
-    """The cgroup directories of one call (one per controller)."""
+    """The cgroup directories of one call or slot (one per controller)."""
 
-    dirs: tuple[Path, ...]
+    #: controller name -> its directory.
+    paths: Mapping[str, Path]
+
+    @property
+    def dirs(self) -> tuple[Path, ...]:
+        return tuple(self.paths[c] for c in sorted(self.paths))
 
     @property
     def procs_files(self) -> list[Path]:
         return [d / "cgroup.procs" for d in self.dirs]
 
+    def read(self, controller: str, name: str) -> str:
+        """A control file's content (OSError if absent); read per call, so no io layers."""
+        fd = os.open(self.paths[controller] / name, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return os.read(fd, 4096).decode()
+        finally:
+            os.close(fd)
+
+    def write(self, controller: str, name: str, value: str) -> None:
+        (self.paths[controller] / name).write_text(value)
+
     def memory_failures(self) -> int:
         """How often the call hit its memory cap (memory.failcnt), 0 if not capped."""
-        for d in self.dirs:
+        if "memory" in self.paths:
             with contextlib.suppress(OSError, ValueError):
-                return int((d / "memory.failcnt").read_text())
+                return int(self.read("memory", "memory.failcnt"))
         return 0
 
     def remove(self) -> None:
@@ -162,8 +196,6 @@ class CgroupSupport:
 
     #: controller name -> parent directory under which call cgroups are made.
     parents: dict[str, Path]
-    _counter: itertools.count[int] = field(default_factory=itertools.count)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def controllers(self) -> tuple[str, ...]:
@@ -190,25 +222,29 @@ class CgroupSupport:
         support.sweep()
         return support
 
-    def create(self, *, memory_bytes: int, pids_max: int = PIDS_MAX) -> CallCgroup:
-        """Make the cgroups of one call; raises OSError if the host refuses."""
-        with self._lock:
-            n = next(self._counter)
-        name = f"{_PREFIX}{os.getpid()}-{n}"
-        made: list[Path] = []
+    def create(self, *, memory_bytes: int, pids_max: int = PIDS_MAX, kind: str = "") -> CallCgroup:
+        """Make the cgroups of one call (or of a launcher's slot, kind "slot");
+        raises OSError if the host refuses.
+
+        Named `vessel-call-<pid>-<kind><n>`: `sweep` reads the owner's pid from it.
+        """
+        with _COUNTER_LOCK:
+            n = next(_COUNTER)
+        name = f"{_PREFIX}{os.getpid()}-{kind}{n}"
+        made: dict[str, Path] = {}
         try:
             for controller, parent in sorted(self.parents.items()):
                 d = parent / name
                 d.mkdir(mode=0o755)
-                made.append(d)
+                made[controller] = d
                 if controller == "pids":
                     (d / "pids.max").write_text(str(pids_max))
                 elif controller == "memory":
                     (d / "memory.limit_in_bytes").write_text(str(memory_bytes))
         except OSError:
-            CallCgroup(tuple(made)).remove()
+            CallCgroup(made).remove()
             raise
-        return CallCgroup(tuple(made))
+        return CallCgroup(made)
 
     def sweep(self) -> int:
         """Remove call cgroups left by dead workers (empty ones only: rmdir refuses others)."""

@@ -1,17 +1,22 @@
 """Resource limits of one call, set without `preexec_fn`.
 
 Workers are threaded (Celery's threads pool), and `preexec_fn` is not safe in a
-threaded parent, so the limits are set by the `/bin/sh` wrapper that runs
-before bwrap anyway (it also joins the call's cgroups, `cgroup.py`): dash's
-`ulimit` builtin sets each limit, soft and hard, on the shell itself, which then
-executes bwrap; bwrap and everything it starts inherit them. One exec of `sh`,
-no `prlimit` exec (`Limits.ulimit_script`).
+threaded parent, so the limits are set by a process that runs before bwrap and
+that bwrap inherits them from (soft = hard, so a tool cannot raise them):
+
+- on the launcher path (`launcher.py`), the slot launcher, single-threaded,
+  sets `Limits.rlimits` on itself once at its start; every call it spawns
+  (posix_spawn) inherits them. A launcher serves only calls with its limits;
+- on the direct path, the `/bin/sh` wrapper that joins the call's cgroups
+  (`cgroup.py`): dash's `ulimit` builtin sets each limit, soft and hard, on the
+  shell itself, which then executes bwrap (`Limits.ulimit_script`).
 
 dash's `ulimit` has no flag for RLIMIT_MSGQUEUE, so that one (0: POSIX message
 queues, which seccomp refuses as well) is set once on the worker process itself
-(`restrict_worker_msgqueue`), where every call inherits it: the worker never
-uses message queues. `Limits.prlimit_argv` is the equivalent util-linux
-`prlimit` prefix, kept for reference and diagnostics.
+(`restrict_worker_msgqueue`), where every call and every launcher inherits it
+(a launcher sets it again): the worker never uses message queues.
+`Limits.prlimit_argv` is the equivalent util-linux `prlimit` prefix, kept for
+reference and diagnostics.
 
 The cgroups each call gets are a setting, `$VESSEL_SANDBOX_CGROUPS` (read once
 when the runner is built, `cgroup.CgroupSettings`): `per-call` (the default:
@@ -110,6 +115,23 @@ class Limits:
             *([f"--nproc={pair(self.processes)}"] if self.processes is not None else []),
             "--",
         ]
+
+    def rlimits(self) -> tuple[tuple[int, int], ...]:
+        """(resource.RLIMIT_*, value) pairs, each to be set soft = hard (slot launchers).
+
+        Exact bytes, no dash units to round to; RLIMIT_MSGQUEUE included.
+        """
+        pairs = [
+            (resource.RLIMIT_NOFILE, self.open_files),
+            (resource.RLIMIT_FSIZE, self.file_size_bytes),
+            (resource.RLIMIT_DATA, self.data_bytes),
+            (resource.RLIMIT_CORE, self.core_bytes),
+            (resource.RLIMIT_MEMLOCK, self.memlock_bytes),
+            (resource.RLIMIT_MSGQUEUE, self.msgqueue_bytes),
+        ]
+        if self.processes is not None:
+            pairs.append((resource.RLIMIT_NPROC, self.processes))
+        return tuple(pairs)
 
     def ulimit_script(self) -> str:
         """dash `ulimit` commands setting these limits, soft and hard (no -H/-S: both).

@@ -7,11 +7,16 @@ stdin and reads the output, so neither a tool that never reads its input nor
 one that floods its output can block the worker; the loop wakes at least every
 `TICK_SECONDS` to notice a cancel.
 
-The command runs in its own process group (`start_new_session=True`, not
-`preexec_fn`). The group's leader is bwrap; its child is the sandbox's pid 1.
-`killpg(SIGKILL)` kills both, and when a pid namespace's init dies the kernel
-kills every process in it, so nothing the tool started survives (bwrap's
-`--die-with-parent` is a second line: bwrap's death also SIGKILLs the child).
+The command runs in its own process group and session: `start_new_session=True`
+on the direct path (`run_process`, a `subprocess.Popen`, not `preexec_fn`), the
+launcher's posix_spawn setsid on the launcher path (`launcher.LaunchedChild`).
+`run_child` drives either through `Child` (pid, wait, kill_tree). The group's
+leader is bwrap; its child is the sandbox's pid 1. Killing the group kills both,
+and when a pid namespace's init dies the kernel kills every process in it, so
+nothing the tool started survives (bwrap's `--die-with-parent` is a second line:
+bwrap's death also SIGKILLs the child). A launcher lost mid-call raises OSError
+from `Child.wait`, after its child was killed by pidfd; the loop drains the
+output until every writer is gone, then lets it through.
 
 Only what the model can be shown is kept (`keep_chars`); the rest is decoded
 only to be counted, so a flood costs CPU, not memory. Past `hard_cap_bytes` of
@@ -29,15 +34,19 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 __all__ = [
     "TICK_SECONDS",
+    "Child",
     "Finished",
+    "PopenChild",
     "Reason",
+    "Spawn",
     "kill_tree",
+    "run_child",
     "run_process",
 ]
 
@@ -67,12 +76,60 @@ class Finished:
     pid: int
 
 
+class Child(Protocol):
+    """A started process as the loop sees it: a `Popen` (direct path) or a launcher's child."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def wait(self, timeout: float | None) -> int | None:
+        """Its exit status, or None if it is still running after `timeout` seconds.
+
+        May raise OSError (a launcher lost mid-call); the child is then killed.
+        """
+
+    def kill_tree(self) -> None:
+        """SIGKILL its whole process group; a no-op once it is reaped. Never raises."""
+
+    def close(self) -> None:
+        """Release what the handle holds (a pidfd)."""
+
+
+#: Starts the process given the read end of its stdin pipe (None: /dev/null) and
+#: the write end of its output pipe (its fds 1 and 2); the loop closes both after.
+Spawn = Callable[[int | None, int], Child]
+
+
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the process group led by `proc` (ignoring ESRCH); it must not be reaped yet."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
+
+
+class PopenChild:
+    """`Child` over a `subprocess.Popen` started with start_new_session=True."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait(self, timeout: float | None) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill_tree(self) -> None:
+        if self.proc.returncode is None:
+            kill_tree(self.proc)
+
+    def close(self) -> None:
+        pass
 
 
 class _Collector:
@@ -113,38 +170,81 @@ def run_process(
     hard_cap_bytes: int,
     cancel: threading.Event | None = None,
 ) -> Finished:
-    """Run `argv` to its end, the deadline, a cancel or the output cap, whichever comes first.
+    """`run_child` of `argv` started by `subprocess.Popen` (the direct path).
 
     Raises OSError only if the process cannot be started at all.
     """
-    proc = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=dict(env),
-        pass_fds=tuple(pass_fds),
-        close_fds=True,
-        start_new_session=True,
-        cwd="/",  # nothing of the worker's working directory reaches bwrap
+
+    def popen(stdin_fd: int | None, out_fd: int) -> Child:
+        return PopenChild(
+            subprocess.Popen(
+                list(argv),
+                stdin=stdin_fd if stdin_fd is not None else subprocess.DEVNULL,
+                stdout=out_fd,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                pass_fds=tuple(pass_fds),
+                close_fds=True,
+                start_new_session=True,
+                cwd="/",  # nothing of the worker's working directory reaches bwrap
+            )
+        )
+
+    return run_child(
+        popen,
+        stdin=stdin,
+        timeout=timeout,
+        keep_chars=keep_chars,
+        hard_cap_bytes=hard_cap_bytes,
+        cancel=cancel,
     )
+
+
+def run_child(
+    spawn: Spawn,
+    *,
+    stdin: bytes | None,
+    timeout: float,
+    keep_chars: int,
+    hard_cap_bytes: int,
+    cancel: threading.Event | None = None,
+) -> Finished:
+    """Run what `spawn` starts to its end, the deadline, a cancel or the output cap,
+    whichever comes first.
+
+    Raises OSError if the process cannot be started, or if its launcher is lost
+    mid-call (after killing what is left of it).
+    """
+    out_fd, child_out = os.pipe2(os.O_CLOEXEC)
+    in_fd: int | None = None
+    child_in: int | None = None
+    try:
+        if stdin is not None:
+            child_in, in_fd = os.pipe2(os.O_CLOEXEC)
+        child = spawn(child_in, child_out)
+    except BaseException:
+        for fd in (out_fd, in_fd):
+            if fd is not None:
+                os.close(fd)
+        raise
+    finally:
+        # The child has its own copies: ours would keep the output open forever.
+        os.close(child_out)
+        if child_in is not None:
+            os.close(child_in)
     deadline = time.monotonic() + timeout
     out = _Collector(keep_chars)
-    assert proc.stdout is not None
-    out_fd = proc.stdout.fileno()
     os.set_blocking(out_fd, False)
     poller = select.poll()
     poller.register(out_fd, select.POLLIN | select.POLLHUP | select.POLLERR)
 
-    in_fd: int | None = None
     pending = memoryview(stdin or b"")
-    if proc.stdin is not None:
-        in_fd = proc.stdin.fileno()
+    if in_fd is not None:
         os.set_blocking(in_fd, False)
         if pending:
             poller.register(in_fd, select.POLLOUT | select.POLLERR)
         else:
-            proc.stdin.close()
+            os.close(in_fd)
             in_fd = None
 
     def close_stdin() -> None:
@@ -152,12 +252,12 @@ def run_process(
         if in_fd is not None:
             with contextlib.suppress(OSError):
                 poller.unregister(in_fd)
-            assert proc.stdin is not None
             with contextlib.suppress(OSError):
-                proc.stdin.close()
+                os.close(in_fd)
             in_fd = None
 
     reason: Reason = "exited"
+    returncode: int | None = None
     try:
         eof = False
         while not eof:
@@ -201,36 +301,35 @@ def run_process(
         if reason == "exited":
             # The output closed: every process of the sandbox is gone or going.
             # Wait for bwrap itself, still bounded by the deadline and the cancel.
-            while True:
-                try:
-                    proc.wait(timeout=TICK_SECONDS)
+            while (returncode := child.wait(TICK_SECONDS)) is None:
+                if cancel is not None and cancel.is_set():
+                    reason = "cancelled"
                     break
-                except subprocess.TimeoutExpired:
-                    if cancel is not None and cancel.is_set():
-                        reason = "cancelled"
-                        break
-                    if time.monotonic() >= deadline:
-                        reason = "timeout"
-                        break
+                if time.monotonic() >= deadline:
+                    reason = "timeout"
+                    break
         if reason != "exited":
-            kill_tree(proc)
-            proc.wait()
+            child.kill_tree()
+            child.wait(None)
             _drain_after_kill(out_fd)
     except BaseException:
-        kill_tree(proc)
-        proc.wait()
+        child.kill_tree()
+        with contextlib.suppress(OSError):
+            child.wait(None)
+        _drain_after_kill(out_fd)  # bounded: the tree is dead or dying
         raise
     finally:
         close_stdin()
-        proc.stdout.close()
+        child.close()
+        os.close(out_fd)
     out.feed(b"", final=True)
     return Finished(
         reason=reason,
-        returncode=proc.returncode if reason == "exited" else None,
+        returncode=returncode if reason == "exited" else None,
         text=out.text(),
         dropped_chars=out.dropped,
         total_bytes=out.total_bytes,
-        pid=proc.pid,
+        pid=child.pid,
     )
 
 

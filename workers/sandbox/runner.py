@@ -1,34 +1,58 @@
 """One declared call, confined: the runner the sandbox worker uses.
 
-    /bin/sh (ulimit: rlimits; cgroup join where cgroups are on and writable) -> bwrap
-        (namespaces, mounts, --args memfd, --seccomp memfd) -> the tool's command
+    slot launcher (in its slot's cgroups; the call's rlimits are its own)
+        -> posix_spawn bwrap (namespaces, mounts, --args memfd, --seccomp memfd)
+        -> /usr/bin/env -u PWD -- the tool's command
+
+A call takes a launcher from this process's pool (`launcher.py`; the pool grows
+to the number of calls at once) and gives it back after; the launcher's slot
+cgroups carry the call's caps (memory.limit_in_bytes set per call, pids.max =
+PIDS_MAX + the launcher), so no cgroup is made, joined or removed per call.
+Where no launcher can be started, the direct path stays: `/bin/sh` (ulimit:
+rlimits; joins a fresh per-call cgroup where cgroups are on and writable) ->
+bwrap, started by `subprocess.Popen`. `cgroup_mode` (the start-up log) says
+which path and which cgroups are in force.
 
 Cgroups: `SandboxRunner(..., cgroups=CgroupSettings(mode=...))`, by default
-`$VESSEL_SANDBOX_CGROUPS` read once here: `per-call` (default; a pids and a
-memory cgroup per call where a v1 hierarchy is writable) or `off` (none: the
-rlimits, RLIMIT_NPROC for a non-root worker, the pid namespace and the timeout
-hold; see `limits.py` and `cgroup.py`). `cgroup_mode` says which is in force.
+`$VESSEL_SANDBOX_CGROUPS` read once here: `per-call` (default; pids and memory
+caps per call where a v1 hierarchy is writable: a slot's on the launcher path,
+a fresh cgroup's on the direct path) or `off` (none: the rlimits, RLIMIT_NPROC
+for a non-root worker, the pid namespace and the timeout hold; see `limits.py`
+and `cgroup.py`). Launchers are used in both modes.
 
-`run` never raises for anything a tool does: every outcome is a `ToolResult`.
-It is safe from many threads at once (every call has its own descriptors,
-process group and cgroup; nothing mutable is shared but counters under locks)
-and from prefork children (nothing is inherited but the immutable filter bytes).
+`run` never raises for anything a tool does: every outcome is a `ToolResult`;
+a launcher lost mid-call is a `[sandbox error: launcher lost ...]` and is
+replaced. It is safe from many threads at once (every call has its own
+descriptors, process group and launcher; nothing mutable is shared but the
+pool and counters under locks) and from prefork children (a child makes a pool
+of its own; it never uses its parent's launchers). `close()` stops the launchers
+and removes their slot cgroups.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
-from broker.constants import PACKAGE_PATH, SANDBOX_HOME
-from broker.model import Agent, DeclaredTool
+from broker.constants import (
+    DEFAULT_DISK_LIMIT_MB,
+    DEFAULT_MEMORY_LIMIT_MB,
+    DEFAULT_TOOL_OUTPUT_CHARS,
+    DEFAULT_TOOL_TIMEOUT_SECONDS,
+    DEFAULT_WORKDIR,
+    PACKAGE_PATH,
+    SANDBOX_HOME,
+)
+from broker.model import Agent, AgentSettings, DeclaredTool
 from workers.arguments import args_flags
 from workers.output import cut_output
 from workers.result import ToolResult
@@ -41,9 +65,16 @@ from workers.sandbox.bwrap import (
     stage_etc,
 )
 from workers.sandbox.cgroup import CallCgroup, CgroupSettings, CgroupSupport, wrapper_argv
+from workers.sandbox.launcher import (
+    ARGS_FD,
+    SECCOMP_FD,
+    Launcher,
+    LauncherPool,
+    LauncherUnavailable,
+)
 from workers.sandbox.limits import MIB, Limits, restrict_worker_msgqueue
 from workers.sandbox.outbox import DEFAULT_OUTBOX_CAP_BYTES, collect_outbox, ensure_mount_point
-from workers.sandbox.process import Finished, run_process
+from workers.sandbox.process import Child, Finished, run_child, run_process
 from workers.sandbox.workspace import WorkspaceStore
 
 __all__ = [
@@ -59,6 +90,11 @@ __all__ = [
 DEFAULT_OUTPUT_HARD_CAP_BYTES = 64 * 1024 * 1024
 
 _SIGNAL_BASE = 128  # bwrap reports a command killed by signal N as exit status 128+N
+#: Set-up errors printed before the tool's command ran (bwrap's, the direct
+#: path's wrapper's, a launcher child's): they may name host paths.
+_SETUP_ERROR_PREFIXES = ("bwrap: ", "sh: ", "launcher: ")
+
+_log = logging.getLogger(__name__)
 
 
 def format_seconds(seconds: float) -> str:
@@ -79,6 +115,19 @@ def _signal_name(returncode: int) -> str | None:
         return signal.Signals(number).name
     except ValueError:
         return None
+
+
+def _default_limits() -> Limits:
+    """The rlimits of an agent with the default settings."""
+    return Limits.for_agent(
+        AgentSettings(
+            workdir=DEFAULT_WORKDIR,
+            tool_timeout_seconds=DEFAULT_TOOL_TIMEOUT_SECONDS,
+            tool_output_chars=DEFAULT_TOOL_OUTPUT_CHARS,
+            disk_limit_mb=DEFAULT_DISK_LIMIT_MB,
+            memory_limit_mb=DEFAULT_MEMORY_LIMIT_MB,
+        )
+    )
 
 
 #: A stage of a dead pid is removed only once this old: a pid may be another
@@ -111,6 +160,7 @@ class SandboxRunner:
         output_hard_cap_bytes: int = DEFAULT_OUTPUT_HARD_CAP_BYTES,
         outbox_cap_bytes: int = DEFAULT_OUTBOX_CAP_BYTES,
         cgroups: CgroupSettings | None = None,
+        launchers: bool = True,
     ) -> None:
         self.workspaces = workspaces
         self.output_hard_cap_bytes = output_hard_cap_bytes
@@ -126,6 +176,40 @@ class SandboxRunner:
         )
         self._system_files: Path | None = None
         self._lock = threading.Lock()
+        #: The slot launchers of this process; None: the direct path only.
+        self._launchers: LauncherPool | None = None
+        #: Why the direct path is in force (None: launchers, or not asked for).
+        self._direct_because: str | None = None if launchers else "launchers=False"
+        self._warned_no_launcher = False
+        if launchers and self._bwrap is not None and self._msgqueue_ok:
+            self._start_launchers()
+
+    def _start_launchers(self) -> None:
+        """Start the first launcher now: it proves the path works and serves the first call."""
+        pool = LauncherPool(self._cgroups)
+        try:
+            # The default agent settings' limits: the launcher most calls can reuse.
+            first = pool.take(DEFAULT_MEMORY_LIMIT_MB * MIB, _default_limits().rlimits())
+        except OSError as exc:  # LauncherUnavailable, or the slot cgroups refused
+            pool.close()
+            self._direct_because = str(exc)
+            _log.warning("sandbox: slot launchers unavailable (%s): direct path", exc)
+            return
+        assert first is not None
+        pool.give(first)
+        self._launchers = pool
+        # A runner dropped without close() (a probe's) still stops its launchers.
+        weakref.finalize(self, pool.close)
+
+    def close(self) -> None:
+        """Stop this process's launchers and remove their slot cgroups (idempotent).
+
+        Calls still running give theirs back to a closed pool, which stops them;
+        later calls take the direct path.
+        """
+        if self._launchers is not None:
+            self._launchers.close()
+        self.workspaces.flush()
 
     @property
     def cgroup_controllers(self) -> tuple[str, ...]:
@@ -133,12 +217,23 @@ class SandboxRunner:
         return self._cgroups.controllers
 
     @property
+    def uses_launchers(self) -> bool:
+        """True if calls go through slot launchers (False: the `/bin/sh` wrapper path)."""
+        return self._launchers is not None
+
+    @property
     def cgroup_mode(self) -> str:
-        """What is in force, for the start-up log: `off`, `per-call (memory, pids)`,
-        or `per-call (none writable: rlimits only)`."""
+        """What is in force, for the start-up log, e.g. `per-call (memory, pids) via slot
+        launchers`, `off via slot launchers`, `per-call (none writable: rlimits only)
+        via the sh wrapper (...)`."""
         if self.cgroup_settings.mode == "off":
-            return "off"
-        return f"per-call ({', '.join(self._cgroups.controllers) or 'none writable: rlimits only'})"
+            mode = "off"
+        else:
+            controllers = ", ".join(self._cgroups.controllers) or "none writable: rlimits only"
+            mode = f"per-call ({controllers})"
+        if self._launchers is not None:
+            return f"{mode} via slot launchers"
+        return f"{mode} via the sh wrapper ({self._direct_because or 'no sandbox'})"
 
     def _system_dir(self) -> Path:
         """This process's staged /etc (`bwrap.stage_etc`), built at its first call.
@@ -198,14 +293,17 @@ class SandboxRunner:
             return result(
                 is_error=True, output=f"[sandbox error: workspace: {exc}]", outcome="error"
             )
+        memory_bytes = agent.settings.memory_limit_mb * MIB
         cgroup: CallCgroup | None = None
+        launcher: Launcher | None = None
         outbox_dir: Path | None = None
         try:
             ensure_mount_point(workspace / "outbox")
             outbox_dir = self.workspaces.new_outbox()
-            if self._cgroups.controllers:
+            launcher = self._take_launcher(memory_bytes, Limits.for_agent(agent.settings))
+            if launcher is None and self._cgroups.controllers:
                 try:
-                    cgroup = self._cgroups.create(memory_bytes=agent.settings.memory_limit_mb * MIB)
+                    cgroup = self._cgroups.create(memory_bytes=memory_bytes)
                 except OSError:
                     cgroup = None  # the host changed its mind: rlimits still hold
             finished = self._spawn(
@@ -217,18 +315,27 @@ class SandboxRunner:
                 timeout=timeout,
                 cancel=cancel,
                 cgroup=cgroup,
+                launcher=launcher,
             )
             outbox = collect_outbox(outbox_dir, self.outbox_cap_bytes)
         except (OSError, ValueError) as exc:
             return result(is_error=True, output=f"[sandbox error: {exc}]", outcome="error")
         finally:
-            oom = cgroup.memory_failures() if cgroup is not None else 0
+            if launcher is not None:
+                oom = launcher.memory_failures()
+                slot = launcher.slot
+                assert self._launchers is not None
+                self._launchers.give(launcher)  # after the call's processes are gone
+            else:
+                oom = cgroup.memory_failures() if cgroup is not None else 0
+                slot = cgroup
             if cgroup is not None:
                 cgroup.remove()
+            # Read and done with: removed off the call's path (see `discard_later`).
             if outbox_dir is not None:
-                self.workspaces.discard(outbox_dir)
+                self.workspaces.discard_later(outbox_dir)
             if self.workspaces.is_one_call(workspace):
-                self.workspaces.discard(workspace)
+                self.workspaces.discard_later(workspace)
             else:
                 self.workspaces.touch(workspace)
 
@@ -250,10 +357,10 @@ class SandboxRunner:
             )
         code = finished.returncode
         assert code is not None
-        if text.startswith(("bwrap: ", "sh: ")):
-            # bwrap's (or the cgroup wrapper's) own error: the command never ran,
-            # and the message may name host paths the model must not see.
-            text = self._scrub(text, agent, workspace, cgroup)
+        if text.startswith(_SETUP_ERROR_PREFIXES):
+            # bwrap's (or the wrapper's, or the launcher's) own error: the command
+            # never ran, and the message may name host paths the model must not see.
+            text = self._scrub(text, agent, workspace, slot)
         if not finished.text and not finished.dropped_chars:
             text, dropped = f"[exit code {code}]", 0
         name = _signal_name(code) if code else None
@@ -268,6 +375,27 @@ class SandboxRunner:
             outcome="ok" if code == 0 else "error",
             **files,
         )
+
+    def _take_launcher(self, memory_bytes: int, limits: Limits) -> Launcher | None:
+        """A launcher for this call, None for the direct path (none in this process,
+        or a new one cannot be started now: this call goes direct, the next tries again)."""
+        pool = self._launchers
+        if pool is None:
+            return None
+        if pool.owner != os.getpid():
+            with self._lock:  # a forked child (prefork): a pool of its own
+                if self._launchers is pool:
+                    self._launchers = LauncherPool(self._cgroups)
+                    weakref.finalize(self, self._launchers.close)
+                pool = self._launchers
+            assert pool is not None
+        try:
+            return pool.take(memory_bytes, limits.rlimits())
+        except (LauncherUnavailable, OSError) as exc:
+            if not self._warned_no_launcher:  # once: a broken host would say it per call
+                self._warned_no_launcher = True
+                _log.warning("sandbox: no launcher for a call (%s): direct path for it", exc)
+            return None
 
     def _scrub(self, text: str, agent: Agent, workspace: Path, cgroup: CallCgroup | None) -> str:
         """Replace host paths in a set-up error by their sandbox names."""
@@ -290,6 +418,7 @@ class SandboxRunner:
         timeout: float,
         cancel: threading.Event | None,
         cgroup: CallCgroup | None,
+        launcher: Launcher | None,
     ) -> Finished:
         assert self._bwrap is not None
         layout = Layout(
@@ -303,7 +432,10 @@ class SandboxRunner:
         seccomp_fd = seccomp.filter_fd()
         args_fd = -1
         try:
-            options = bwrap_options(layout, seccomp_fd=seccomp_fd)
+            # A launcher's child finds the memfds at fixed numbers; Popen keeps ours.
+            options = bwrap_options(
+                layout, seccomp_fd=SECCOMP_FD if launcher is not None else seccomp_fd
+            )
             args_fd = os.memfd_create("vessel-bwrap-args", os.MFD_CLOEXEC)
             os.write(args_fd, b"".join(o.encode() + b"\0" for o in options))
             os.lseek(args_fd, 0, os.SEEK_SET)
@@ -314,21 +446,47 @@ class SandboxRunner:
                 stdin = None
             else:
                 stdin = json.dumps(arguments).encode() + b"\n"
-            limits = Limits.for_agent(agent.settings).ulimit_script()
-            argv = [
-                *wrapper_argv(cgroup.procs_files if cgroup is not None else [], limits),
+            limits = Limits.for_agent(agent.settings)
+            bwrap_argv = [
                 self._bwrap,
                 "--args",
-                str(args_fd),
+                str(ARGS_FD if launcher is not None else args_fd),
                 "--",
                 *COMMAND_PREFIX,
                 *command,
             ]
-            return run_process(
-                argv,
+            if launcher is None:
+                return run_process(
+                    [
+                        *wrapper_argv(
+                            cgroup.procs_files if cgroup is not None else [],
+                            limits.ulimit_script(),
+                        ),
+                        *bwrap_argv,
+                    ],
+                    stdin=stdin,
+                    env=spawn_env(),
+                    pass_fds=(seccomp_fd, args_fd),
+                    timeout=timeout,
+                    keep_chars=agent.settings.tool_output_chars,
+                    hard_cap_bytes=self.output_hard_cap_bytes,
+                    cancel=cancel,
+                )
+
+            def launch(stdin_fd: int | None, out_fd: int) -> Child:
+                assert launcher is not None
+                return launcher.spawn(
+                    bwrap_argv,
+                    env=spawn_env(),
+                    stdin_fd=stdin_fd,
+                    out_fd=out_fd,
+                    args_fd=args_fd,
+                    seccomp_fd=seccomp_fd,
+                )
+
+            return run_child(
+                launch,
                 stdin=stdin,
-                env=spawn_env(),
-                pass_fds=(seccomp_fd, args_fd),
                 timeout=timeout,
                 keep_chars=agent.settings.tool_output_chars,
                 hard_cap_bytes=self.output_hard_cap_bytes,
