@@ -124,12 +124,20 @@ _PROBE_MESSAGE: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class _Template:
+    """A recorded payload, decoded, and the `embed` part of its body (the same for every call)."""
+
+    payload: dict[str, Any]
+    embed: Any
+
+
 class EnvelopeFactory:
     """`build_envelope`, fast: a recorded template per kind, checked once (see the module)."""
 
     def __init__(self, app: Celery) -> None:
         self.app = app
-        self._templates: dict[str, dict[str, Any] | None] = {}
+        self._templates: dict[str, _Template | None] = {}
         self._lock = threading.Lock()
 
     def build(self, kind: Kind, call_id: str, message: dict[str, Any]) -> Envelope | None:
@@ -138,27 +146,28 @@ class EnvelopeFactory:
             return build_envelope(self.app, kind, call_id, message)
         return self._from_template(template, kind, call_id, message)
 
-    def _template(self, kind: Kind) -> dict[str, Any] | None:
+    def _template(self, kind: Kind) -> _Template | None:
         with self._lock:
             if kind not in self._templates:
                 self._templates[kind] = self._checked_template(kind)
             return self._templates[kind]
 
-    def _checked_template(self, kind: Kind) -> dict[str, Any] | None:
+    def _checked_template(self, kind: Kind) -> _Template | None:
         """The decoded template, if the shortcut reproduces a recorded probe exactly."""
         recorded = build_envelope(self.app, kind, _PROBE_ID, _PROBE_MESSAGE)
         if recorded is None:
             return None
-        template: dict[str, Any] = json.loads(recorded.payload)
         try:
+            payload: dict[str, Any] = json.loads(recorded.payload)
+            template = _Template(payload, json.loads(base64.b64decode(payload["body"]))[2])
             made = self._from_template(template, kind, _PROBE_ID, _PROBE_MESSAGE, tag=recorded.tag)
-        except (KeyError, TypeError, ValueError):
+        except (IndexError, KeyError, TypeError, ValueError):
             return None
         return template if made == recorded else None
 
     def _from_template(
         self,
-        template: dict[str, Any],
+        template: _Template,
         kind: Kind,
         call_id: str,
         message: dict[str, Any],
@@ -167,15 +176,14 @@ class EnvelopeFactory:
     ) -> Envelope | None:
         from kombu.utils.json import dumps  # noqa: PLC0415 (kombu's encoder, as in the publish)
 
-        payload = copy.deepcopy(template)
+        payload = copy.deepcopy(template.payload)
         headers, properties = payload["headers"], payload["properties"]
         args = [message]
-        embed = json.loads(base64.b64decode(template["body"]))[2]
         text = args_repr(args, self.app.amqp.argsrepr_maxsize)
         headers["id"] = headers["root_id"] = call_id
         headers["argsrepr"] = properties["argsrepr"] = text
         properties["correlation_id"] = call_id
-        body = str(dumps([args, {}, embed])).encode("utf-8")  # type: ignore[no-untyped-call]
+        body = str(dumps([args, {}, template.embed])).encode("utf-8")  # type: ignore[no-untyped-call]
         payload["body"] = base64.b64encode(body).decode("ascii")
         if tag is None:
             # The tag is replaced per delivery by admission; any unique text does here.

@@ -135,3 +135,17 @@ def stops_growing() -> Callable[..., bool]:
     """`stops_growing(path)`: True if a marker a background process appends to no
     longer grows, i.e. the process that wrote it is dead (checked from the host)."""
     return _stops_growing
+
+
+#: A Python fork bomb that reports how many forks it got before one was refused.
+FORK_BOMB = (
+    "import os, time\n"
+    "n = 0\n"
+    "for _ in range(100000):\n"
+    "    try:\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(30); os._exit(0)\n"
+    "        n += 1\n"
+    "    except OSError as exc:\n"
+    "        print('fork refused after', n, exc); break\n"
+)

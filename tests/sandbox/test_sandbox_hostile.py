@@ -18,7 +18,7 @@ import pytest
 
 from workers.sandbox import cgroup
 
-from .conftest import Sandbox
+from .conftest import FORK_BOMB, Sandbox
 
 pytestmark = pytest.mark.hostile
 
@@ -296,17 +296,7 @@ def test_fork_bomb(sandbox: Sandbox) -> None:
 
 @pytest.mark.slow
 def test_fork_bomb_python(sandbox: Sandbox) -> None:
-    script = (
-        "import os, time\n"
-        "n = 0\n"
-        "for _ in range(100000):\n"
-        "    try:\n"
-        "        if os.fork() == 0:\n"
-        "            time.sleep(30); os._exit(0)\n"
-        "        n += 1\n"
-        "    except OSError as exc:\n"
-        "        print('fork refused after', n, exc); break\n"
-    )
+    script = FORK_BOMB
     # Ends as soon as the cap is hit; the long timeout only matters on a loaded host.
     result = sandbox.call(script, timeout=8)
     if "pids" in sandbox.runner.cgroup_controllers:

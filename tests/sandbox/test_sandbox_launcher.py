@@ -20,7 +20,7 @@ from workers.sandbox import cgroup
 from workers.sandbox.launcher import Launcher
 from workers.sandbox.runner import SandboxRunner
 
-from .conftest import Sandbox
+from .conftest import FORK_BOMB, Sandbox
 
 pytestmark = pytest.mark.hostile
 
@@ -144,17 +144,7 @@ def test_memory_cap_kills_with_the_memory_limit_message(either: Sandbox) -> None
 @pytest.mark.slow
 def test_fork_bomb_is_capped_per_call_and_the_slot_recovers(either: Sandbox) -> None:
     _needs_pids(either)
-    script = (
-        "import os, time\n"
-        "n = 0\n"
-        "for _ in range(100000):\n"
-        "    try:\n"
-        "        if os.fork() == 0:\n"
-        "            time.sleep(30); os._exit(0)\n"
-        "        n += 1\n"
-        "    except OSError as exc:\n"
-        "        print('fork refused after', n, exc); break\n"
-    )
+    script = FORK_BOMB
     result = either.call(script, timeout=8)
     assert "fork refused after" in result.output, result.output
     # The call had its PIDS_MAX (bwrap x2, the tool and its children), no more.
