@@ -93,6 +93,36 @@ def test_outbox_mount_point_replaces_links_and_keeps_folders(tmp_path: Path) -> 
     assert (point / "keep").exists()
 
 
+def test_outbox_mount_point_made_by_many_at_once_never_fails(tmp_path: Path) -> None:
+    # The first calls of a turn, in threads and in other workers sharing the
+    # workspace root, all make sure of the same folder at the same moment; a
+    # lost mkdir race ended a call as "[sandbox error: ... File exists]" without
+    # running it (seen in tests/cluster/test_cluster_crash.py).
+    for trial in range(40):
+        point = tmp_path / f"t{trial}" / "outbox"
+        point.parent.mkdir()
+        start = threading.Barrier(8)
+        failures: list[BaseException] = []
+
+        def make(
+            point: Path = point,
+            start: threading.Barrier = start,
+            failures: list[BaseException] = failures,
+        ) -> None:
+            start.wait()
+            try:
+                ensure_mount_point(point)
+            except OSError as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=make) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failures == [] and point.is_dir() and not point.is_symlink()
+
+
 def test_parallel_calls_of_one_turn_keep_their_own_outbox(sandbox: Sandbox) -> None:
     script = (
         "import json, os, sys, time\n"

@@ -45,6 +45,9 @@ DEFAULT_OUTBOX_CAP_BYTES = 10 * 1024 * 1024
 #: Entries (files, folders, others) examined per call.
 MAX_ENTRIES = 10_000
 _READ_CHUNK = 1024 * 1024
+#: Looks at the outbox mount point before giving up: each lost race means
+#: another call made the folder (done) or a tool keeps replacing it (refused).
+_MOUNT_POINT_TRIES = 5
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
@@ -62,11 +65,25 @@ def ensure_mount_point(path: Path) -> None:
     go. A folder is left as it is, never removed: a call of the same turn running
     now may have its outbox mounted on it, and removing a mount point detaches
     the mounts on it in every namespace.
+
+    Race-safe: calls of one turn start at once, in threads of one worker and in
+    other workers sharing the workspace root, and each makes sure of the same
+    folder. A folder made meanwhile by another is the folder wanted; a link
+    another call already removed is gone either way.
     """
-    if path.is_symlink() or (path.exists() and not path.is_dir()):
-        path.unlink()
-    if not path.exists():
-        path.mkdir(mode=0o700)
+    for _ in range(_MOUNT_POINT_TRIES):
+        try:
+            if stat.S_ISDIR(path.lstat().st_mode):
+                return
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        try:
+            path.mkdir(mode=0o700)
+            return
+        except FileExistsError:
+            continue  # made (or replaced) meanwhile: look again
+    raise FileExistsError(f"{path} keeps being replaced by something other than a folder")
 
 
 def _walk(dir_fd: int, prefix: str, budget: list[int]) -> Iterator[tuple[str, int, os.stat_result]]:
