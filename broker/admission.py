@@ -51,8 +51,10 @@ the lane) and starts again when a worker claims the call. Every worker runs a
 recovery sweep every `VESSEL_SWEEP_SECONDS` (2 s): a call whose lease expired
 without a result goes back to the head of its agent's queue and is dispatched
 again, so a SIGKILLed worker's slots and calls come back within lease + 2 s.
-Independently, Redis re-delivers the unacked message after the visibility
-timeout. Both paths end in one run of the tool:
+(kombu's visibility-timeout redelivery would only repeat that, later: the
+messages admission pushes keep no copy in its `unacked` hash, see
+`broker.transport`.) A message can still arrive twice (a requeue, a warm
+shutdown's restore racing the sweep); every delivery ends in one run of the tool:
 
 * `claim` (`SET vessel:claim:<id> NX PX lease`): a worker runs a call only if no
   result exists and no live worker holds it; otherwise it acks and returns.

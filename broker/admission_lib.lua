@@ -66,7 +66,8 @@ end
 
 -- Push the call's prepared Celery message into the lane's Redis list, as kombu
 -- does for a publish (broker/envelope.py): a delivery tag of its own for this
--- delivery (kombu keys its unacked bookkeeping on it) and the lane as routing key.
+-- delivery (kombu keys its unacked bookkeeping on it; the prefix is
+-- broker/queues.py's ADMISSION_TAG_PREFIX) and the lane as routing key.
 local function push_envelope(id, lane, meta, fields)
   local deliveries = redis.call('HINCRBY', meta, 'deliveries', 1)
   local text = replace_once(fields[2], fields[4],

@@ -57,9 +57,10 @@ def _configuration(settings: Settings, longest_tool_seconds: float) -> dict[str,
         "accept_content": ["json"],
         "result_accept_content": ["json"],
         # Ack after the call finished, not when it was received: a worker killed
-        # mid-call leaves its message unacked, so Redis gives it to another worker.
-        # The claim and done guards (workers.tasks) make the second delivery
-        # finish the call without running the tool twice.
+        # mid-call has not acked, and admission's lease sweep dispatches the call
+        # again (broker.admission; kombu's unacked copy is kept only for messages
+        # admission did not push, broker.transport). The claim and done guards
+        # (workers.tasks) make a second delivery never run the tool twice.
         "task_acks_late": True,
         # A pool child that dies (prefork) fails the message back to the queue
         # instead of acking it as done.

@@ -37,7 +37,7 @@ from typing import Any
 
 from celery import Celery
 
-from broker.queues import TASK_NAMES, Kind, shared_lane
+from broker.queues import ADMISSION_TAG_PREFIX, TASK_NAMES, Kind, shared_lane
 from broker.transport import recording_publishes
 
 __all__ = ["Envelope", "EnvelopeFactory", "args_repr", "build_envelope", "send_call"]
@@ -187,7 +187,7 @@ class EnvelopeFactory:
         payload["body"] = base64.b64encode(body).decode("ascii")
         if tag is None:
             # The tag is replaced per delivery by admission; any unique text does here.
-            properties["delivery_tag"] = f"vessel-{call_id}-0"
+            properties["delivery_tag"] = f"{ADMISSION_TAG_PREFIX}{call_id}-0"
         else:
             properties["delivery_tag"] = json.loads(tag.split(": ", 1)[1])
         text_payload = str(dumps(payload))  # type: ignore[no-untyped-call]

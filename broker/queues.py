@@ -31,6 +31,10 @@ Which call goes next, and to which lane, is decided by admission in Redis
     vessel:cancel:<id>                set by cancel(); checked before a call starts
     vessel:cancel                     pub/sub channel: call ids to kill where they run, and
                                       `end-turn:<turn>` (sandbox workers remove its workspaces)
+
+A message admission pushes into a lane (`broker.envelope`) carries the kombu
+delivery tag `vessel-<id>-<delivery>`: `broker.transport` keeps no unacked copy
+of those, since admission's lease already redelivers them.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from broker.constants import REDIS_PREFIX
 from broker.model import Tool
 
 __all__ = [
+    "ADMISSION_TAG_PREFIX",
     "CANCEL_CHANNEL",
     "END_TURN_PREFIX",
     "KINDS",
@@ -73,6 +78,10 @@ CANCEL_CHANNEL = f"{REDIS_PREFIX}cancel"
 END_TURN_PREFIX = "end-turn:"
 
 _LANE_PREFIX = "vessel."
+
+#: How the delivery tag of every message admission pushes starts (its Lua
+#: `push_envelope` writes `vessel-<id>-<delivery>`); kombu's own tags are uuids.
+ADMISSION_TAG_PREFIX = "vessel-"
 
 
 def kind_of(tool: Tool) -> Kind:

@@ -12,8 +12,21 @@ A `redis.Redis` bound to a connection pool is safe to share between threads
 (each command checks a connection out of the pool), so the channels here build
 it once and keep it for as long as the channel's pool lives; when kombu drops
 the pool (after a fork, on close) the next command builds a new client on the
-new pool. Nothing else of kombu's behaviour changes: same keys, same messages,
-same acks and visibility timeout.
+new pool.
+
+For messages admission pushed into a lane (delivery tag `vessel-<id>-<n>`,
+`broker.queues.ADMISSION_TAG_PREFIX`) the channel's QoS keeps no copy in
+kombu's `unacked` hash: kombu writes one at every delivery and deletes it at
+every ack, two round trips per call (an eighth of a service worker's CPU in a
+burst), so that a message of a dead worker comes back after the visibility
+timeout. Admission already does that, sooner: the call's lease (taken at
+dispatch, renewed at claim) runs out and the recovery sweep dispatches it again
+with a fresh tag. A copy in the hash would only add a later, second delivery
+that the claim turns away. What kombu does from that copy while the worker is
+alive, it does here from the message in memory: a requeueing reject and the
+restore of unacked messages at shutdown push the message back at the head of
+its lane. Messages with kombu's own tags (uuids: calls published by Celery,
+anything else on the broker) keep kombu's bookkeeping unchanged.
 
 `broker.celery_app.make_app` selects this transport (`broker_transport`) for
 `redis://` broker URLs. Not for `rediss://`: kombu derives its TLS defaults
@@ -22,18 +35,24 @@ from that transport name, so TLS brokers keep kombu's own class.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+
+from broker.queues import ADMISSION_TAG_PREFIX
 
 __all__ = [
     "TRANSPORTS",
+    "AdmissionQoS",
     "PublishRecorder",
     "RedisChannel",
     "RedisTransport",
+    "pushed_by_admission",
     "recording_publishes",
     "transport_for",
 ]
@@ -83,9 +102,49 @@ def recording_publishes() -> Iterator[PublishRecorder]:
         _recording.recorder = None
 
 
-class RedisChannel(kombu_redis.Channel):
-    """kombu's Redis channel; `conn_or_acquire` yields one client per pool."""
+def pushed_by_admission(delivery_tag: Any) -> bool:
+    """Whether a delivery tag is one admission's dispatch script wrote."""
+    return isinstance(delivery_tag, str) and delivery_tag.startswith(ADMISSION_TAG_PREFIX)
 
+
+class AdmissionQoS(kombu_redis.QoS):
+    """kombu's Redis ack emulation, in memory only for admission's messages."""
+
+    def append(self, message: Any, delivery_tag: Any) -> None:
+        if pushed_by_admission(delivery_tag):
+            virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
+        else:
+            super().append(message, delivery_tag)  # type: ignore[no-untyped-call]
+
+    def ack(self, delivery_tag: Any) -> None:
+        if pushed_by_admission(delivery_tag):
+            virtual.QoS.ack(self, delivery_tag)  # type: ignore[no-untyped-call]
+        else:
+            super().ack(delivery_tag)  # type: ignore[no-untyped-call]
+
+    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        if pushed_by_admission(delivery_tag):
+            # Requeues through the channel's `_restore`, from memory.
+            virtual.QoS.reject(self, delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
+        else:
+            super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
+
+    def restore_unacked(self, client: Any = None) -> None:
+        self._flush()  # type: ignore[no-untyped-call]  # tags acked since the last delivery
+        with self.channel.conn_or_acquire(client) as conn:
+            for tag, message in list(self._delivered.items()):
+                if pushed_by_admission(tag):
+                    self.channel._restore(message)
+                else:
+                    self.restore_by_tag(tag, client=conn)  # type: ignore[no-untyped-call]
+        self._delivered.clear()
+
+
+class RedisChannel(kombu_redis.Channel):
+    """kombu's Redis channel; `conn_or_acquire` yields one client per pool;
+    admission's messages are acked in memory (`AdmissionQoS`)."""
+
+    QoS = AdmissionQoS
     _shared_client: Any = None
     _shared_lock = threading.Lock()
 
@@ -103,6 +162,20 @@ class RedisChannel(kombu_redis.Channel):
                     shared = self._create_client()  # type: ignore[no-untyped-call]
                     self._shared_client = shared
         yield shared
+
+    def _restore(self, message: Any, leftmost: bool = False) -> None:
+        if not (self.ack_emulation and pushed_by_admission(message.delivery_tag)):
+            super()._restore(message, leftmost)  # type: ignore[no-untyped-call]
+            return
+        # kombu would read the message back from its unacked copy; there is
+        # none, so push the payload the worker received (marked redelivered).
+        info = message.delivery_info
+        with self.conn_or_acquire() as client:
+            pipe = client.pipeline()
+            self._do_restore_message(  # type: ignore[no-untyped-call]
+                copy.deepcopy(message._raw), info["exchange"], info["routing_key"], pipe, leftmost
+            )
+            pipe.execute()
 
     @property
     def supports_batch_publish(self) -> bool:

@@ -12,9 +12,11 @@ A call that was running on the killed worker has started once there (its
 request was received, its line written) and runs again, once, on the
 survivor: that is the redelivery the design promises. So for N calls with K of
 them on the killed worker we expect N + K starts, each call at most twice, and
-then no more starts at all, even after the killed worker's unacked messages
-come back from Redis (visibility timeout 3 s here): the claim and done guards
-turn those deliveries away.
+then no more starts at all: the recovery sweep dispatches each of the killed
+worker's calls again once its lease runs out (4 s + 1 s here), and the claim
+and done guards turn any later delivery away. Admission's messages leave
+nothing in kombu's `unacked` hash (broker/transport.py), which the test checks
+too: no message of the killed worker may wait there for a visibility timeout.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ PER_WORKER = 3
 
 @pytest.fixture(scope="module")
 def cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
-    # Lease = tool limit 4 s + grace 1 s; Redis gives unacked messages back after 3 s.
+    # Lease = tool limit 4 s + grace 1 s; a visibility timeout of 3 s would bring
+    # back any message left in kombu's unacked hash while its call still runs.
     return make_cluster(
         {"svc-crash": {}, "box-crash": {}}, timeout=4, VESSEL_VISIBILITY_TIMEOUT="3"
     )
@@ -77,7 +80,7 @@ def test_service_calls_of_a_killed_worker_finish_elsewhere_once(cluster: Cluster
     assert sorted(int(r.output.split('"n": ')[1].split(",")[0]) for r in results) == list(
         range(CALLS)
     )
-    # Let the killed worker's unacked messages come back and be turned away.
+    # Let any late delivery of the killed worker's calls arrive and be turned away.
     time.sleep(4)
     _wait(lambda: _unacked_settled(cluster), 30, "unacked messages were never restored")
     time.sleep(1)
