@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from broker.model import Agent, AgentSettings, Deployment, Grant, ServiceTool
@@ -289,10 +290,18 @@ def build_deployment(
 def make_caller() -> Iterator[Callable[..., Setup]]:
     made: list[ServiceCaller] = []
 
-    def create(url: str, *, environ: Mapping[str, str] | None = None, **kwargs: Any) -> Setup:
+    def create(
+        url: str,
+        *,
+        environ: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        **kwargs: Any,
+    ) -> Setup:
         deployment = build_deployment(url=url, **kwargs)
         agent_id = kwargs.get("agent_id", "records-agent")
-        caller = ServiceCaller(deployment, agents=[agent_id], environ=environ or {})
+        caller = ServiceCaller(
+            deployment, agents=[agent_id], environ=environ or {}, transport=transport
+        )
         made.append(caller)
         agent = deployment.agents[agent_id]
         tools = {name: t for name, t in agent.tools.items() if isinstance(t, ServiceTool)}

@@ -40,7 +40,7 @@ from workers.service import texts
 from workers.service.exchange import Exchange, Failure, run_exchange
 from workers.service.redact import Redactor
 from workers.service.secrets import ResolvedGrant, resolve_grants
-from workers.service.transport import SocketOption, build_transport
+from workers.service.transport import SocketOption, build_transport, stops_by_itself
 
 __all__ = ["POOL_LIMITS", "USER_AGENT", "ServiceCaller"]
 
@@ -124,6 +124,9 @@ class ServiceCaller:
         _quiet_library_logs()
         if transport is None:
             transport = build_transport(limits=POOL_LIMITS, socket_options=_SOCKET_OPTIONS)
+        # Exchanges run on the calling thread when the transport itself keeps
+        # the call's limit and cancel (workers.service.exchange).
+        self._inline = stops_by_itself(transport)
         self._client = httpx.Client(
             transport=transport,
             timeout=_CLIENT_TIMEOUT,
@@ -224,6 +227,7 @@ class ServiceCaller:
             deadline=started + tool.timeout_seconds,
             cancel=cancel,
             limit=SERVICE_BODY_LIMIT_BYTES,
+            inline=self._inline,
             name=f"vessel-service-{call_id}",
         )
         text, is_error, outcome = _shown(exchange, tool)
