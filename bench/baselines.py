@@ -9,25 +9,31 @@
   the seccomp filter, rlimits, workspace and outbox bookkeeping, output
   shaping) is what the ratio prices.
 - `raw_app`: a plain Celery app on its own Redis database and queues, with
-  Celery's defaults (what one writes by hand), whose tasks are a no-op and a
-  raw-bwrap `/bin/true`. Its worker is started by `bench.cluster` as
-  `celery -A bench.baselines:raw_app worker`.
+  Celery's defaults (what one writes by hand), whose tasks are a no-op, a
+  raw-bwrap `/bin/true`, and an httpx POST of `{}` to the bench's local server
+  (one `httpx.Client` per worker process, as a service worker has): the
+  service call written by hand, with none of seed 001's rules. Its worker is
+  started by `bench.cluster` as `celery -A bench.baselines:raw_app worker`.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import httpx
 from celery import Celery
 
 __all__ = [
     "RAW_BROKER_ENV",
     "RAW_QUEUE_SANDBOX",
     "RAW_QUEUE_SERVICE",
+    "RAW_SERVICE_URL_ENV",
     "TASK_BWRAP_TRUE",
+    "TASK_HTTP_POST",
     "TASK_NOOP",
     "SandboxLayout",
     "bare_run",
@@ -46,6 +52,13 @@ RAW_QUEUE_SANDBOX = "bench.raw.sandbox"
 TASK_NOOP = "bench.noop"
 #: Runs raw bwrap /bin/true: the baseline of a declared call through Celery.
 TASK_BWRAP_TRUE = "bench.bwrap_true"
+#: POSTs `{}` to the bench's local server and returns the status: a service
+#: call through Celery, by hand.
+TASK_HTTP_POST = "bench.http_post"
+#: The raw worker reads the local server's base URL from here.
+RAW_SERVICE_URL_ENV = "BENCH_SERVICE_URL"
+#: The path the bench's service tool posts to (bench/deployment.py).
+SERVICE_PATH = "/ping"
 
 #: Host system folders bound read-only, as the runner does. On Debian 12 /bin,
 #: /lib, /lib64 and /sbin are symlinks into /usr; binding what exists as a
@@ -158,7 +171,28 @@ def make_raw_app(broker_url: str) -> Celery:
     def bwrap_true() -> int:
         return raw_bwrap_run(["/bin/true"]).returncode
 
+    @app.task(name=TASK_HTTP_POST)
+    def http_post() -> int:
+        response = _http_client().post(
+            os.environ[RAW_SERVICE_URL_ENV] + SERVICE_PATH,
+            content=b"{}",
+            headers={"Content-Type": "application/json"},
+        )
+        return response.status_code
+
     return app
+
+
+_http_lock = threading.Lock()
+_http: list[httpx.Client] = []
+
+
+def _http_client() -> httpx.Client:
+    """One keep-alive client per worker process, made at its first call."""
+    with _http_lock:
+        if not _http:
+            _http.append(httpx.Client(timeout=httpx.Timeout(30), trust_env=False))
+        return _http[0]
 
 
 #: What `celery -A bench.baselines:raw_app worker` loads (started by bench.cluster).

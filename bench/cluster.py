@@ -24,7 +24,7 @@ from types import TracebackType
 
 import redis
 
-from bench.baselines import RAW_BROKER_ENV
+from bench.baselines import RAW_BROKER_ENV, RAW_SERVICE_URL_ENV
 
 __all__ = ["Cluster", "ClusterError", "Proc", "free_port"]
 
@@ -227,7 +227,14 @@ class Cluster:
         )
 
     def start_raw_worker(
-        self, name: str, *, broker_url: str, queue: str, pool: str, concurrency: int
+        self,
+        name: str,
+        *,
+        broker_url: str,
+        queue: str,
+        pool: str,
+        concurrency: int,
+        service_url: str = "",
     ) -> Proc:
         """The baseline: `celery -A bench.baselines:raw_app worker` on one queue."""
         argv = [
@@ -248,7 +255,9 @@ class Cluster:
             "--without-gossip",
             "--without-mingle",
         ]
-        return self._spawn(name, argv, env={RAW_BROKER_ENV: broker_url})
+        return self._spawn(
+            name, argv, env={RAW_BROKER_ENV: broker_url, RAW_SERVICE_URL_ENV: service_url}
+        )
 
     # --- waiting -------------------------------------------------------------
 

@@ -4,13 +4,21 @@ Ours: `VesselClient.call` (admission, publish, worker claim, run, store,
 release, poll for the result) of the solo deployment's `/bin/true` declared
 tool and its service tool. Baselines: a raw Celery task round trip
 (`send_task(...).get()`) on a worker with the same pool and concurrency, whose
-task is a no-op (for the service call) or runs raw bwrap `/bin/true` (for the
-declared call). Each contender makes one call, waits for it, and the next goes.
+task is a no-op (for the service call: the goal) or runs raw bwrap `/bin/true`
+(for the declared call); and, with no goal, a raw Celery task making the same
+HTTP POST by hand (what seed 001's rules and admission cost over the call
+itself). Each contender makes one call, waits for it, and the next goes.
 """
 
 from __future__ import annotations
 
-from bench.baselines import RAW_QUEUE_SANDBOX, RAW_QUEUE_SERVICE, TASK_BWRAP_TRUE, TASK_NOOP
+from bench.baselines import (
+    RAW_QUEUE_SANDBOX,
+    RAW_QUEUE_SERVICE,
+    TASK_BWRAP_TRUE,
+    TASK_HTTP_POST,
+    TASK_NOOP,
+)
 from bench.context import Context
 from bench.deployment import TOOL_PING, TOOL_TRUE
 from bench.ours import NotAvailable, require_parts
@@ -22,7 +30,11 @@ __all__ = ["GOAL", "run"]
 
 GOAL = Goal(median_max=1.25)
 _TIMEOUT = 30.0
-_NAMES = ("declared call: ours vs raw Celery + raw bwrap", "service call: ours vs raw Celery no-op")
+_NAMES = (
+    "declared call: ours vs raw Celery + raw bwrap",
+    "service call: ours vs raw Celery no-op",
+    "service call: ours vs raw Celery + httpx POST",
+)
 
 
 def run(ctx: Context) -> list[Row]:
@@ -48,6 +60,7 @@ def run(ctx: Context) -> list[Row]:
         {
             "raw_noop": lambda: raw_call(TASK_NOOP, RAW_QUEUE_SERVICE, None),
             "raw_bwrap": lambda: raw_call(TASK_BWRAP_TRUE, RAW_QUEUE_SANDBOX, 0),
+            "raw_http": lambda: raw_call(TASK_HTTP_POST, RAW_QUEUE_SERVICE, 200),
             "ours_sandbox": lambda: ours.call(agent, TOOL_TRUE, {}, _TIMEOUT),
             "ours_service": lambda: ours.call(agent, TOOL_PING, {}, _TIMEOUT),
         },
@@ -77,5 +90,17 @@ def run(ctx: Context) -> list[Row]:
             goal=GOAL,
             errors=turns.errors_of("raw_noop", "ours_service"),
             notes=f"one worker process each, pool {specs['service']}",
+        ),
+        Row(
+            mode="P2",
+            name=_NAMES[2],
+            unit="ms",
+            baseline_name="raw Celery + httpx POST",
+            baseline_samples=turns.samples["raw_http"],
+            ours_samples=turns.samples["ours_service"],
+            goal=None,
+            errors=turns.errors_of("raw_http", "ours_service"),
+            notes=f"one worker process each, pool {specs['service']}; no goal: what seed 001's "
+            "rules, the claim and the result's one-script store cost over the HTTP call itself",
         ),
     ]

@@ -2,6 +2,7 @@
 
 Contenders, in turns (`bench.burst.run_bursts`):
 - raw Celery no-op tasks on the raw-service worker;
+- raw Celery tasks making the same HTTP POST by hand, on the raw-service worker;
 - raw Celery tasks running raw bwrap `/bin/true` on the raw-sandbox worker;
 - ours: the solo agent's service tool (POST to bench.httpd) on the service worker;
 - ours: the solo agent's `/bin/true` declared tool on the sandbox worker.
@@ -14,7 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bench.baselines import RAW_QUEUE_SANDBOX, RAW_QUEUE_SERVICE, TASK_BWRAP_TRUE, TASK_NOOP
+from bench.baselines import (
+    RAW_QUEUE_SANDBOX,
+    RAW_QUEUE_SERVICE,
+    TASK_BWRAP_TRUE,
+    TASK_HTTP_POST,
+    TASK_NOOP,
+)
 from bench.burst import Burst, BurstSeries, raw_burst, run_bursts
 from bench.context import Context
 from bench.deployment import TOOL_PING, TOOL_TRUE
@@ -28,6 +35,7 @@ GOAL_SERVICE = Goal(median_min=0.7)
 GOAL_SANDBOX = Goal(median_min=0.5)
 _NAMES = (
     "service burst: ours vs raw Celery no-op",
+    "service burst: ours vs raw Celery + httpx POST",
     "sandbox burst: ours vs raw Celery no-op",
     "sandbox burst: ours vs raw Celery + raw bwrap",
 )
@@ -120,6 +128,9 @@ def run(ctx: Context) -> list[Row]:
             "raw_noop": raw_burst(
                 raw, TASK_NOOP, RAW_QUEUE_SERVICE, None, bench.watch("raw-service")
             ),
+            "raw_http": raw_burst(
+                raw, TASK_HTTP_POST, RAW_QUEUE_SERVICE, 200, bench.watch("raw-service")
+            ),
             "ours_service": ours_burst(
                 ours, deployment.agents, TOOL_PING, bench.watch("ours-solo-service")
             ),
@@ -163,6 +174,18 @@ def run(ctx: Context) -> list[Row]:
         ),
         _row(
             _NAMES[1],
+            base=service_series["raw_http"],
+            ours=service_series["ours_service"],
+            base_name="raw Celery + httpx POST",
+            goal=None,
+            base_label="raw_http",
+            ours_label="ours_service",
+            notes=f"{service_setup}, pool {service.pool} x{service.concurrency} "
+            "(baseline: the same); no goal: what seed 001's rules and admission cost at volume "
+            "over the HTTP call itself",
+        ),
+        _row(
+            _NAMES[2],
             base=sandbox_series["raw_noop"],
             ours=sandbox_series["ours_sandbox"],
             base_name="raw Celery no-op",
@@ -173,7 +196,7 @@ def run(ctx: Context) -> list[Row]:
             f"{service.pool} x{service.concurrency}",
         ),
         _row(
-            _NAMES[2],
+            _NAMES[3],
             base=sandbox_series["raw_bwrap"],
             ours=sandbox_series["ours_sandbox"],
             base_name="raw Celery + raw bwrap",

@@ -23,6 +23,7 @@ from bench.baselines import (
     RAW_QUEUE_SANDBOX,
     RAW_QUEUE_SERVICE,
     TASK_BWRAP_TRUE,
+    TASK_HTTP_POST,
     TASK_NOOP,
     make_raw_app,
 )
@@ -114,15 +115,21 @@ class BenchCluster:
             spec = WORKER_SPECS[kind]
             name = f"raw-{kind}"
             self.workers[name] = self.cluster.start_raw_worker(
-                name, broker_url=url, queue=queue, pool=spec.pool, concurrency=spec.concurrency
+                name,
+                broker_url=url,
+                queue=queue,
+                pool=spec.pool,
+                concurrency=spec.concurrency,
+                service_url=self.service_url or "",
             )
         app = make_raw_app(url)
         for task, queue, name in (
             (TASK_NOOP, RAW_QUEUE_SERVICE, "raw-service"),
+            (TASK_HTTP_POST, RAW_QUEUE_SERVICE, "raw-service"),
             (TASK_BWRAP_TRUE, RAW_QUEUE_SANDBOX, "raw-sandbox"),
         ):
             self.cluster.wait_ready(
-                lambda t=task, q=queue: app.send_task(t, queue=q).get(timeout=2) in (None, 0),
+                lambda t=task, q=queue: app.send_task(t, queue=q).get(timeout=2) in (None, 0, 200),
                 [self.workers[name]],
                 name,
             )
