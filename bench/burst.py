@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.memory import cpu_seconds
+from bench.memory import cpu_seconds, machine_busy_seconds
 from bench.turns import MAX_ERRORS_KEPT
 
 __all__ = ["Burst", "BurstResult", "raw_burst", "run_bursts"]
@@ -49,7 +49,8 @@ class Burst:
     watch: Mapping[str, int] = field(default_factory=dict)
 
     def _cpu(self) -> dict[str, float]:
-        usage = {label: cpu_seconds(pid) for label, pid in self.watch.items()}
+        usage = {"machine": machine_busy_seconds()}
+        usage |= {label: cpu_seconds(pid) for label, pid in self.watch.items()}
         own = os.times()
         usage["client"] = own.user + own.system
         return usage
