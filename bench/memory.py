@@ -112,7 +112,9 @@ def machine_busy_seconds() -> float:
     process is charged for: bubblewrap's pid-namespace init is orphaned and
     reaped by the host's init unless a subreaper (the slot launcher) takes it,
     so raw bwrap's own tree shows about 2 ms of the ~6 ms a call burns here.
+    Counted: user, nice, system, irq and softirq; not idle, iowait, nor steal
+    (time the hypervisor gave another guest: not this machine's work).
     """
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle, iowait = fields[3], fields[4]
-    return (sum(fields[:8]) - idle - iowait) / _TICKS
+    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
+    return (user + nice + system + irq + softirq) / _TICKS

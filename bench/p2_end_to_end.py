@@ -68,39 +68,47 @@ def run(ctx: Context) -> list[Row]:
         warmup=warmup,
     )
     specs = {k: f"{s.pool} x{s.concurrency}" for k, s in WORKER_SPECS.items()}
-    return [
-        Row(
+
+    def row(
+        name: str, *, base_key: str, ours_key: str, base_name: str, goal: Goal | None, notes: str
+    ) -> Row:
+        return Row(
             mode="P2",
-            name=_NAMES[0],
+            name=name,
             unit="ms",
-            baseline_name="raw Celery + raw bwrap",
-            baseline_samples=turns.samples["raw_bwrap"],
-            ours_samples=turns.samples["ours_sandbox"],
+            baseline_name=base_name,
+            baseline_samples=turns.samples[base_key],
+            ours_samples=turns.samples[ours_key],
+            goal=goal,
+            errors=turns.errors_of(base_key, ours_key),
+            notes=notes,
+        )
+
+    service_setup = f"one worker process each, pool {specs['service']}"
+    return [
+        row(
+            _NAMES[0],
+            base_key="raw_bwrap",
+            ours_key="ours_sandbox",
+            base_name="raw Celery + raw bwrap",
             goal=GOAL,
-            errors=turns.errors_of("raw_bwrap", "ours_sandbox"),
             notes=f"one worker process each, pool {specs['sandbox']}",
         ),
-        Row(
-            mode="P2",
-            name=_NAMES[1],
-            unit="ms",
-            baseline_name="raw Celery no-op",
-            baseline_samples=turns.samples["raw_noop"],
-            ours_samples=turns.samples["ours_service"],
+        row(
+            _NAMES[1],
+            base_key="raw_noop",
+            ours_key="ours_service",
+            base_name="raw Celery no-op",
             goal=GOAL,
-            errors=turns.errors_of("raw_noop", "ours_service"),
-            notes=f"one worker process each, pool {specs['service']}",
+            notes=service_setup,
         ),
-        Row(
-            mode="P2",
-            name=_NAMES[2],
-            unit="ms",
-            baseline_name="raw Celery + httpx POST",
-            baseline_samples=turns.samples["raw_http"],
-            ours_samples=turns.samples["ours_service"],
+        row(
+            _NAMES[2],
+            base_key="raw_http",
+            ours_key="ours_service",
+            base_name="raw Celery + httpx POST",
             goal=None,
-            errors=turns.errors_of("raw_http", "ours_service"),
-            notes=f"one worker process each, pool {specs['service']}; no goal: what seed 001's "
-            "rules, the claim and the result's one-script store cost over the HTTP call itself",
+            notes=f"{service_setup}; no goal: what seed 001's rules, the claim and the "
+            "result's one-script store cost over the HTTP call itself",
         ),
     ]

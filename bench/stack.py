@@ -123,13 +123,13 @@ class BenchCluster:
                 service_url=self.service_url or "",
             )
         app = make_raw_app(url)
-        for task, queue, name in (
-            (TASK_NOOP, RAW_QUEUE_SERVICE, "raw-service"),
-            (TASK_HTTP_POST, RAW_QUEUE_SERVICE, "raw-service"),
-            (TASK_BWRAP_TRUE, RAW_QUEUE_SANDBOX, "raw-sandbox"),
+        for task, queue, name, expected in (
+            (TASK_NOOP, RAW_QUEUE_SERVICE, "raw-service", None),
+            (TASK_HTTP_POST, RAW_QUEUE_SERVICE, "raw-service", 200),
+            (TASK_BWRAP_TRUE, RAW_QUEUE_SANDBOX, "raw-sandbox", 0),
         ):
             self.cluster.wait_ready(
-                lambda t=task, q=queue: app.send_task(t, queue=q).get(timeout=2) in (None, 0, 200),
+                lambda t=task, q=queue, e=expected: app.send_task(t, queue=q).get(timeout=2) == e,
                 [self.workers[name]],
                 name,
             )

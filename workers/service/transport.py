@@ -232,7 +232,7 @@ class _StoppingStream(httpcore.NetworkStream):
             return _StoppingStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
         end = watch.end_of(timeout)
         inner = _on_helper(
-            lambda: self._inner.start_tls(ssl_context, server_hostname, _slice_to(end, timeout)),
+            lambda: self._inner.start_tls(ssl_context, server_hostname, _time_left(end, timeout)),
             watch,
             end,
             httpcore.ConnectTimeout,
@@ -244,8 +244,8 @@ class _StoppingStream(httpcore.NetworkStream):
         return self._inner.get_extra_info(info)
 
 
-def _slice_to(end: float | None, timeout: float | None) -> float | None:
-    """The whole time left until `end` (for a helper's own timeout), or `timeout`."""
+def _time_left(end: float | None, timeout: float | None) -> float | None:
+    """The whole time left until `end` (a helper's own timeout), or `timeout` without one."""
     if end is None:
         return timeout
     return max(end - time.monotonic(), 0.001)
@@ -276,7 +276,7 @@ class StoppingBackend(httpcore.NetworkBackend):
         # one system call: both run on the helper.
         stream = _on_helper(
             lambda: self._inner.connect_tcp(
-                host, port, _slice_to(end, timeout), local_address, socket_options
+                host, port, _time_left(end, timeout), local_address, socket_options
             ),
             watch,
             end,
