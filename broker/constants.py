@@ -12,6 +12,7 @@ import re
 __all__ = [
     "AGENT_ID_PATTERN",
     "BUILTIN_TOOLS",
+    "DEFAULT_CPU_LIMIT",
     "DEFAULT_DEPLOYMENT_FILE",
     "DEFAULT_DISK_LIMIT_MB",
     "DEFAULT_INPUT",
@@ -22,6 +23,8 @@ __all__ = [
     "DEFAULT_TOOL_OUTPUT_CHARS",
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
     "DEFAULT_WORKDIR",
+    "DEFAULT_WORKSPACE_FILES",
+    "DEFAULT_WORKSPACE_LIMIT_MB",
     "ENV_BROKER_URL",
     "ENV_DEPLOYMENT",
     "ENV_RESULT_BACKEND",
@@ -76,6 +79,15 @@ DEFAULT_TOOL_TIMEOUT_SECONDS = 30.0
 DEFAULT_TOOL_OUTPUT_CHARS = 20_000
 DEFAULT_DISK_LIMIT_MB = 256
 DEFAULT_MEMORY_LIMIT_MB = 512
+#: The turn's whole workspace (every file, folder and the outbox): 1 GiB, four
+#: times disk_limit_mb's single file, and the host's disk is shared by every turn.
+DEFAULT_WORKSPACE_LIMIT_MB = 1024
+#: Files, folders and links in the turn's workspace: a node_modules or a small
+#: git checkout fits; the host's inodes are shared by every turn.
+DEFAULT_WORKSPACE_FILES = 100_000
+#: Cores one call may use at once (a cgroup CPU quota where cgroups are writable),
+#: and with the timeout the CPU seconds of each process (RLIMIT_CPU).
+DEFAULT_CPU_LIMIT = 1.0
 #: Calls of one agent that may run at once across every worker and host.
 DEFAULT_MAX_CONCURRENT_CALLS = 16
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from broker.constants import DEFAULT_CPU_LIMIT, DEFAULT_WORKSPACE_FILES, DEFAULT_WORKSPACE_LIMIT_MB
 from broker.errors import UnknownAgent, UnknownTool
 
 __all__ = [
@@ -36,6 +37,13 @@ class AgentSettings:
     tool_output_chars: int
     disk_limit_mb: int
     memory_limit_mb: int
+    #: The turn's whole workspace, in MB, and its files (every entry): a watchdog
+    #: stops the call past either (`workers.sandbox.watchdog`).
+    workspace_limit_mb: int = DEFAULT_WORKSPACE_LIMIT_MB
+    workspace_files: int = DEFAULT_WORKSPACE_FILES
+    #: Cores per call (a cgroup CPU quota), and timeout x cpu_limit CPU seconds
+    #: per process (RLIMIT_CPU): `workers.sandbox.limits`.
+    cpu_limit: float = DEFAULT_CPU_LIMIT
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -7,18 +7,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.constants import (
+    DEFAULT_CPU_LIMIT,
     DEFAULT_DISK_LIMIT_MB,
     DEFAULT_MEMORY_LIMIT_MB,
     DEFAULT_TOOL_OUTPUT_CHARS,
     DEFAULT_TOOL_TIMEOUT_SECONDS,
     DEFAULT_WORKDIR,
+    DEFAULT_WORKSPACE_FILES,
+    DEFAULT_WORKSPACE_LIMIT_MB,
 )
 from broker.loading.fields import Problems, Table, field_path
 from broker.loading.limits import (
+    MAX_CPU_LIMIT,
     MAX_DISK_LIMIT_MB,
     MAX_MEMORY_LIMIT_MB,
     MAX_TIMEOUT_SECONDS,
     MAX_TOOL_OUTPUT_CHARS,
+    MAX_WORKSPACE_FILES,
+    MAX_WORKSPACE_LIMIT_MB,
+    MIN_CPU_LIMIT,
 )
 from broker.loading.sandbox_paths import workdir_problem
 from broker.loading.toml_file import read_toml
@@ -30,7 +37,16 @@ __all__ = ["PACKAGE_FILE", "Package", "load_package"]
 PACKAGE_FILE = "vessel.toml"
 
 _SETTINGS_KEYS = frozenset(
-    {"workdir", "tool_timeout_seconds", "tool_output_chars", "disk_limit_mb", "memory_limit_mb"}
+    {
+        "workdir",
+        "tool_timeout_seconds",
+        "tool_output_chars",
+        "disk_limit_mb",
+        "memory_limit_mb",
+        "workspace_limit_mb",
+        "workspace_files",
+        "cpu_limit",
+    }
 )
 _TOP_KEYS = _SETTINGS_KEYS | {"tools"}
 _TOOLS_KEYS = frozenset({"declared"})
@@ -95,7 +111,26 @@ def _read_settings(table: Table) -> AgentSettings | None:
     memory = table.positive_int(
         "memory_limit_mb", default=DEFAULT_MEMORY_LIMIT_MB, maximum=MAX_MEMORY_LIMIT_MB
     )
-    if workdir is None or timeout is None or output_chars is None or disk is None or memory is None:
+    workspace = table.positive_int(
+        "workspace_limit_mb", default=DEFAULT_WORKSPACE_LIMIT_MB, maximum=MAX_WORKSPACE_LIMIT_MB
+    )
+    files = table.positive_int(
+        "workspace_files", default=DEFAULT_WORKSPACE_FILES, maximum=MAX_WORKSPACE_FILES
+    )
+    cpu = table.positive_number("cpu_limit", default=DEFAULT_CPU_LIMIT, maximum=MAX_CPU_LIMIT)
+    if cpu is not None and cpu < MIN_CPU_LIMIT:
+        table.problem("cpu_limit", f"must be at least {MIN_CPU_LIMIT:g} (of a core), not {cpu:g}")
+        cpu = None
+    if (
+        workdir is None
+        or timeout is None
+        or output_chars is None
+        or disk is None
+        or memory is None
+        or workspace is None
+        or files is None
+        or cpu is None
+    ):
         return None
     return AgentSettings(
         workdir=workdir,
@@ -103,6 +138,9 @@ def _read_settings(table: Table) -> AgentSettings | None:
         tool_output_chars=output_chars,
         disk_limit_mb=disk,
         memory_limit_mb=memory,
+        workspace_limit_mb=workspace,
+        workspace_files=files,
+        cpu_limit=cpu,
     )
 
 

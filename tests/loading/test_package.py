@@ -20,6 +20,9 @@ def test_settings_default_as_designed(tree: Tree) -> None:
         tool_output_chars=20000,
         disk_limit_mb=256,
         memory_limit_mb=512,
+        workspace_limit_mb=1024,
+        workspace_files=100_000,
+        cpu_limit=1.0,
     )
 
 
@@ -42,6 +45,23 @@ def test_settings_are_read(tree: Tree) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("workspace_limit_mb = 8\nworkspace_files = 500\ncpu_limit = 0.5\n", (8, 500, 0.5)),
+        ("cpu_limit = 2\n", (1024, 100_000, 2.0)),
+        ("cpu_limit = 0.01\nworkspace_files = 1\nworkspace_limit_mb = 1\n", (1, 1, 0.01)),
+    ],
+)
+def test_workspace_and_cpu_limits_are_read(
+    tree: Tree, text: str, expected: tuple[int, int, float]
+) -> None:
+    tree.write({VESSEL: text + GUIDE})
+    settings = tree.load().agent("guide").settings
+    assert (settings.workspace_limit_mb, settings.workspace_files, settings.cpu_limit) == expected
+    assert isinstance(settings.cpu_limit, float)
+
+
+@pytest.mark.parametrize(
     ("setting", "field", "fragment"),
     [
         ('workdir = "data"', "workdir", "not an absolute path"),
@@ -61,6 +81,25 @@ def test_settings_are_read(tree: Tree) -> None:
         ("disk_limit_mb = 9223372036854775807", "disk_limit_mb", "at most"),
         ("memory_limit_mb = 0", "memory_limit_mb", "positive integer"),
         ('memory_limit_mb = "512"', "memory_limit_mb", "not a string"),
+        ("workspace_limit_mb = 0", "workspace_limit_mb", "positive integer"),
+        ("workspace_limit_mb = 1.5", "workspace_limit_mb", "must be an integer, not a number"),
+        ("workspace_limit_mb = true", "workspace_limit_mb", "must be an integer, not a boolean"),
+        ("workspace_limit_mb = 9223372036854775807", "workspace_limit_mb", "at most 1048576"),
+        ('workspace_limit_mb = "1024"', "workspace_limit_mb", "not a string"),
+        ("workspace_files = -1", "workspace_files", "positive integer"),
+        ("workspace_files = false", "workspace_files", "must be an integer, not a boolean"),
+        ("workspace_files = 100000000", "workspace_files", "at most 10000000"),
+        ("workspace_files = 1e5", "workspace_files", "must be an integer, not a number"),
+        ("cpu_limit = 0", "cpu_limit", "positive number"),
+        ("cpu_limit = -0.5", "cpu_limit", "positive number"),
+        ("cpu_limit = nan", "cpu_limit", "positive number"),
+        ("cpu_limit = inf", "cpu_limit", "positive number"),
+        ("cpu_limit = true", "cpu_limit", "must be a number, not a boolean"),
+        ('cpu_limit = "1"', "cpu_limit", "not a string"),
+        ("cpu_limit = 0.001", "cpu_limit", "at least 0.01 (of a core), not 0.001"),
+        ("cpu_limit = 2048", "cpu_limit", "at most 1024"),
+        ("cpu_limits = 1", "cpu_limits", "did you mean 'cpu_limit'"),
+        ("workspace_limit = 1024", "workspace_limit", "did you mean 'workspace_limit_mb'"),
         ("tool_timeout = 30", "tool_timeout", "did you mean 'tool_timeout_seconds'"),
         ("memory_limit = 512", "memory_limit", "unknown key"),
     ],
