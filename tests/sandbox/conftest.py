@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from broker.constants import DEFAULT_CPU_LIMIT, DEFAULT_WORKSPACE_FILES, DEFAULT_WORKSPACE_LIMIT_MB
 from broker.model import Agent, AgentSettings, DeclaredTool
 from workers.result import ToolResult
 from workers.sandbox.runner import SandboxRunner
@@ -40,6 +41,9 @@ class Sandbox:
         output_chars: int = 2000,
         disk_mb: int = 16,
         memory_mb: int = 256,
+        workspace_mb: int = DEFAULT_WORKSPACE_LIMIT_MB,
+        workspace_files: int = DEFAULT_WORKSPACE_FILES,
+        cpu_limit: float = DEFAULT_CPU_LIMIT,
         workdir: str = "/data",
         mounts: Mapping[str, Path] | None = None,
         parameters: Mapping[str, Any] | None = None,
@@ -71,6 +75,9 @@ class Sandbox:
                 tool_output_chars=output_chars,
                 disk_limit_mb=disk_mb,
                 memory_limit_mb=memory_mb,
+                workspace_limit_mb=workspace_mb,
+                workspace_files=workspace_files,
+                cpu_limit=cpu_limit,
             ),
             tools={name: tool},
             mounts=dict(mounts) if mounts is not None else {"/data": self.data},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import sys
 import threading
@@ -92,6 +93,18 @@ def test_the_call_gets_its_rlimits_and_default_signals(either: Sandbox) -> None:
     assert lines[4].split()[1:4] == ["--args", lines[4].split()[2], "--"]
     if either.runner.uses_launchers:
         assert lines[4].split()[2] == "3"
+
+
+def test_the_call_gets_rlimit_cpu_but_the_launcher_does_not(either: Sandbox) -> None:
+    # ceil(timeout x cpu_limit) soft (SIGXCPU), one second more hard (SIGKILL); the
+    # launcher itself keeps no RLIMIT_CPU, else its own CPU time would count.
+    result = either.call(shell="ulimit -S -t; ulimit -H -t", timeout=3, cpu_limit=0.5)
+    assert result.output.split() == ["2", "3"], result.output
+    for each in _launchers(either) if either.runner.uses_launchers else ():
+        assert resource.prlimit(each.process.pid, resource.RLIMIT_CPU) == (
+            resource.RLIM_INFINITY,
+            resource.RLIM_INFINITY,
+        )
 
 
 def test_the_call_holds_no_descriptor_but_its_own(either: Sandbox) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import resource
 import shutil
 import threading
 import time
@@ -451,8 +452,11 @@ def test_seccomp_filter_builds_and_each_fd_is_fresh() -> None:
 
 
 def test_prlimit_argv_sets_soft_and_hard() -> None:
-    argv = limits.Limits(file_size_bytes=10, data_bytes=20).prlimit_argv("/usr/bin/prlimit")
+    argv = limits.Limits(file_size_bytes=10, data_bytes=20, cpu_seconds=30).prlimit_argv(
+        "/usr/bin/prlimit"
+    )
     assert "--nofile=4096:4096" in argv and "--fsize=10:10" in argv and "--core=0:0" in argv
+    assert "--cpu=30:31" in argv  # SIGXCPU at 30 s names the cause; SIGKILL a second later
     assert argv[-1] == "--"
 
 
@@ -520,13 +524,28 @@ def test_runtimes_start_under_the_memory_limit(sandbox: Sandbox, command: tuple[
 
 
 def test_ulimit_script_units_match_prlimit() -> None:
-    limit = limits.Limits(file_size_bytes=3 * limits.MIB, data_bytes=256 * limits.MIB, processes=7)
+    limit = limits.Limits(
+        file_size_bytes=3 * limits.MIB, data_bytes=256 * limits.MIB, processes=7, cpu_seconds=2
+    )
     text = limit.ulimit_script()
     # dash: -f and -c in 512-byte blocks, -d and -l in KiB; no -H/-S sets both.
     for step in ("ulimit -n 4096", "ulimit -f 6144", "ulimit -d 262144", "ulimit -c 0"):
         assert step in text
     assert "ulimit -l 64" in text and "ulimit -p 7" in text
+    assert "ulimit -S -t 2 && ulimit -H -t 3" in text  # soft first: hard may not be below it
     assert text.endswith("|| exit 125")
+    # The launcher's own limits never hold RLIMIT_CPU: it would count its own CPU time.
+    assert resource.RLIMIT_CPU not in dict(limit.rlimits())
+
+
+@pytest.mark.parametrize(
+    ("timeout", "cpu_limit", "seconds"),
+    [(30.0, 1.0, 30), (2.0, 0.25, 1), (0.1, 0.01, 1), (2.5, 2.0, 5), (10.0, 0.33, 4)],
+)
+def test_cpu_seconds_is_timeout_times_cpu_limit_rounded_up(
+    timeout: float, cpu_limit: float, seconds: int
+) -> None:
+    assert limits.cpu_seconds(timeout, cpu_limit) == seconds
 
 
 def test_cgroup_setting_is_read_once_and_checked() -> None:

@@ -1,4 +1,4 @@
-"""Per-call cgroups where the host lets us make them: a process cap and a memory cap.
+"""Per-call cgroups where the host lets us make them: a process, a memory and a CPU cap.
 
 Seed 000 asks that a fork bomb be contained. A pid namespace makes every
 process die with the call, but it does not bound how many there are before the
@@ -9,7 +9,11 @@ mounted, as on these machines:
 
 - pids.max = `PIDS_MAX` (processes and threads of the whole call);
 - memory.limit_in_bytes = the agent's memory_limit_mb (the whole call, on top
-  of the per-process RLIMIT_DATA).
+  of the per-process RLIMIT_DATA);
+- cpu.cfs_quota_us = cpu_limit x cpu.cfs_period_us (`cpu_quota_us`): the whole
+  call gets at most cpu_limit cores, however many processes and threads it
+  runs (RLIMIT_CPU, per process, is the bound where no `cpu` hierarchy is
+  writable: `limits.py`).
 
 How a call is placed inside, without `preexec_fn` (the worker is threaded):
 
@@ -17,7 +21,8 @@ How a call is placed inside, without `preexec_fn` (the worker is threaded):
   "slot" cgroup per controller (`create(kind="slot")`, pids.max = PIDS_MAX + 1:
   the launcher counts as one) and joins it once at its start; everything it
   starts is born inside. Per call the runner sets the slot's
-  memory.limit_in_bytes (when it changes) and reads memory.failcnt after it
+  memory.limit_in_bytes and cpu.cfs_quota_us (each only when it changes: the
+  idle launcher's own CPU is nil, so the quota is the call's) and reads memory.failcnt after it
   (the reading after the previous call is this call's zero); before reuse the
   slot must hold no process but the launcher (pids.current = 1);
 - on the direct path (no launcher could start, or memory_limit_mb below
@@ -56,11 +61,13 @@ __all__ = [
     "CGROUP_MODES",
     "CGROUP_V1_ROOT",
     "ENV_SANDBOX_CGROUPS",
+    "MIN_CPU_QUOTA_US",
     "PIDS_MAX",
     "CallCgroup",
     "CgroupMode",
     "CgroupSettings",
     "CgroupSupport",
+    "cpu_quota_us",
     "parse_mode",
     "wrapper_argv",
 ]
@@ -74,6 +81,11 @@ CGROUP_MODES: tuple[CgroupMode, ...] = ("per-call", "off")
 #: parallel build a few hundred; 512 leaves room for that and keeps 16 calls at
 #: once (the default max_concurrent_calls) far below a pid_max of 32768.
 PIDS_MAX = 512
+
+#: The kernel refuses a CFS quota below 1 ms per period (EINVAL).
+MIN_CPU_QUOTA_US = 1000
+#: The v1 hierarchies a call is placed in, where writable.
+_CONTROLLERS = ("pids", "memory", "cpu")
 
 CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
 _PREFIX = "vessel-call-"
@@ -101,6 +113,11 @@ def wrapper_argv(procs_files: list[Path], limits_script: str = "") -> list[str]:
     """
     script = f"{limits_script}; {_JOIN_SCRIPT}" if limits_script else _JOIN_SCRIPT
     return ["/bin/sh", "-c", script, "sh", *map(str, procs_files), "--"]
+
+
+def cpu_quota_us(cpu_limit: float, period_us: int) -> int:
+    """cpu.cfs_quota_us giving `cpu_limit` cores in each period (at least the kernel's 1 ms)."""
+    return max(MIN_CPU_QUOTA_US, round(cpu_limit * period_us))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -163,6 +180,13 @@ class CallCgroup:
     def write(self, controller: str, name: str, value: str) -> None:
         (self.paths[controller] / name).write_text(value)
 
+    def set_cpu_limit(self, cpu_limit: float) -> None:
+        """cpu.cfs_quota_us = cpu_limit x the period, if there is a `cpu` cgroup (OSError
+        if the host refuses)."""
+        if "cpu" in self.paths:
+            period = int(self.read("cpu", "cpu.cfs_period_us"))
+            self.write("cpu", "cpu.cfs_quota_us", str(cpu_quota_us(cpu_limit, period)))
+
     def memory_failures(self) -> int:
         """How often the call hit its memory cap (memory.failcnt), 0 if not capped."""
         if "memory" in self.paths:
@@ -203,9 +227,9 @@ class CgroupSupport:
 
     @classmethod
     def detect(cls, root: Path = CGROUP_V1_ROOT) -> CgroupSupport:
-        """Find the v1 `pids` and `memory` hierarchies we can make children in."""
+        """Find the v1 `pids`, `memory` and `cpu` hierarchies we can make children in."""
         parents: dict[str, Path] = {}
-        for controller in ("pids", "memory"):
+        for controller in _CONTROLLERS:
             mount = root / controller
             if not (mount / "cgroup.procs").exists():
                 continue
@@ -222,9 +246,16 @@ class CgroupSupport:
         support.sweep()
         return support
 
-    def create(self, *, memory_bytes: int, pids_max: int = PIDS_MAX, kind: str = "") -> CallCgroup:
-        """Make the cgroups of one call (or of a launcher's slot, kind "slot");
-        raises OSError if the host refuses.
+    def create(
+        self,
+        *,
+        memory_bytes: int,
+        cpu_limit: float | None = None,
+        pids_max: int = PIDS_MAX,
+        kind: str = "",
+    ) -> CallCgroup:
+        """Make the cgroups of one call (or of a launcher's slot, kind "slot"), its CPU
+        quota `cpu_limit` cores (None: none); raises OSError if the host refuses.
 
         Named `vessel-call-<pid>-<kind><n>`: `sweep` reads the owner's pid from it.
         """
@@ -241,7 +272,9 @@ class CgroupSupport:
                     (d / "pids.max").write_text(str(pids_max))
                 elif controller == "memory":
                     (d / "memory.limit_in_bytes").write_text(str(memory_bytes))
-        except OSError:
+                elif controller == "cpu" and cpu_limit is not None:
+                    CallCgroup({"cpu": d}).set_cpu_limit(cpu_limit)
+        except (OSError, ValueError):
             CallCgroup(made).remove()
             raise
         return CallCgroup(made)

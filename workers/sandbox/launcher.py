@@ -5,7 +5,7 @@
 
 Joining a cgroup v1 (writing cgroup.procs) waits for an RCU grace period, about
 10 ms when nothing else wrote one just before. A launcher joins its slot's
-`pids` and `memory` cgroups ONCE, after its imports (so its start-up memory
+`pids`, `memory` and `cpu` cgroups ONCE, after its imports (so its start-up memory
 stays charged to the worker's cgroup: memory.move_charge_at_immigrate is 0),
 and everything it starts is born inside: no cgroup.procs write per call.
 
@@ -30,12 +30,12 @@ extra imports are made inside it, never in the launcher process.
 Protocol, one call at a time per launcher:
 
 - launcher -> worker, once at start: {"ready": pid} (or {"error": why});
-- worker -> launcher: a request {"argv", "env", "stdin"} with the fds [output
+- worker -> launcher: a request {"argv", "env", "stdin", "cpu_seconds"} with the fds [output
   write end, bwrap --args memfd, --seccomp memfd, (stdin read end)] (a request
   too large for one datagram travels in a memfd: {"in_fd": true});
 - launcher -> worker: {"pid": N} with a pidfd of the child (or {"error": why}),
-  then {"exit": returncode} once it is reaped (negative: killed by that signal,
-  as `subprocess` reports it);
+  then {"exit": returncode, "cpu": seconds} once it is reaped (negative: killed
+  by that signal, as `subprocess` reports it; cpu: its tree's CPU time);
 - worker -> launcher: {"kill": true}: SIGKILL the child's process group, only
   while it is not reaped yet (so never a recycled pid).
 
@@ -145,15 +145,26 @@ def _spawn(request: Mapping[str, Any], fds: list[int]) -> int:
     at ARGS_FD and SECCOMP_FD, nothing else (every fd of the launcher is
     close-on-exec); its own session; default signal dispositions, an empty
     mask; the launcher's rlimits and cwd (/). Raises OSError if it cannot exec.
+
+    With `cpu_seconds` [soft, hard] in the request, the child's RLIMIT_CPU is set
+    by prlimit(2) right after the spawn (never on the launcher: it would count
+    the launcher's own CPU time, see `limits.py`). To leave no window in which
+    bwrap could start the sandbox first, ARGS_FD is then a pipe, filled from the
+    --args memfd only after the prlimit: bwrap reads its arguments to their end
+    before it creates anything.
     """
+    cpu = request.get("cpu_seconds")
     # Sources clear of 0..4 first: a received fd may sit on a target number.
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD) for fd in fds]
+    gate_r = gate_w = -1
     try:
         out, args, seccomp_fd = high[:3]
+        if cpu is not None:
+            gate_r, gate_w = os.pipe2(os.O_CLOEXEC)
         actions: list[tuple[Any, ...]] = [
             (os.POSIX_SPAWN_DUP2, out, 1),
             (os.POSIX_SPAWN_DUP2, out, 2),
-            (os.POSIX_SPAWN_DUP2, args, ARGS_FD),
+            (os.POSIX_SPAWN_DUP2, args if gate_r < 0 else gate_r, ARGS_FD),
             (os.POSIX_SPAWN_DUP2, seccomp_fd, SECCOMP_FD),
         ]
         if request["stdin"]:
@@ -162,7 +173,7 @@ def _spawn(request: Mapping[str, Any], fds: list[int]) -> int:
             actions.append((os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0))
         argv = [a.encode("latin-1") for a in request["argv"]]
         env = {k.encode("latin-1"): v.encode("latin-1") for k, v in request["env"].items()}
-        return os.posix_spawn(
+        pid = os.posix_spawn(
             argv[0],
             argv,
             env,
@@ -171,9 +182,23 @@ def _spawn(request: Mapping[str, Any], fds: list[int]) -> int:
             setsigdef=_DEFAULT_SIGNALS,
             setsigmask=(),
         )
+        if cpu is not None:
+            os.close(gate_r)
+            gate_r = -1
+            try:
+                resource.prlimit(pid, resource.RLIMIT_CPU, (int(cpu[0]), int(cpu[1])))
+            except (OSError, ValueError):
+                _kill_group(pid)  # reaped by the SIGCHLD loop; its exit is reported
+                raise
+            data = memoryview(os.pread(args, os.fstat(args).st_size, 0))
+            with contextlib.suppress(BrokenPipeError):  # bwrap died: its exit says why
+                while data:
+                    data = data[os.write(gate_w, data) :]
+        return pid
     finally:
-        for fd in high:
-            os.close(fd)
+        for fd in (*high, gate_r, gate_w):
+            if fd >= 0:
+                os.close(fd)
 
 
 def _set_own_rlimits(rlimits: Sequence[Sequence[int]]) -> None:
@@ -261,18 +286,20 @@ def _become_subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _reap(child: int) -> int | None:
-    """Reap every exited child (orphans included); `child`'s exit status if it was one."""
-    code = None
+def _reap(child: int) -> tuple[int, float] | None:
+    """Reap every exited child (orphans included); if `child` was one, its exit status
+    and the CPU seconds of its tree (user + system of it and every process it reaped:
+    bwrap reaps the sandbox's init, which reaps the tool)."""
+    got = None
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
-            return code
+            return got
         if pid == 0:
-            return code
+            return got
         if pid == child:
-            code = os.waitstatus_to_exitcode(status)
+            got = (os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime)
 
 
 def serve(
@@ -304,10 +331,10 @@ def serve(
                 with contextlib.suppress(BlockingIOError):
                     while os.read(wake_r, 512):
                         pass
-                code = _reap(pid)
-                if code is not None:
+                got = _reap(pid)
+                if got is not None:
                     pid = -1
-                    _send(sock, {"exit": code})
+                    _send(sock, {"exit": got[0], "cpu": got[1]})
             if sock.fileno() not in ready:
                 continue
             message, fds = _recv_fds(sock)
@@ -414,6 +441,8 @@ class LaunchedChild:
         self.pid = pid
         self._pidfd = pidfd
         self.returncode: int | None = None
+        #: CPU seconds of the child's tree, once reaped (None before, or if unknown).
+        self.cpu_seconds: float | None = None
 
     def wait(self, timeout: float | None) -> int | None:
         """The exit status (None: not yet within `timeout`); LauncherLost if the launcher is."""
@@ -433,6 +462,8 @@ class LaunchedChild:
             self._kill_by_pidfd()
             raise
         self.returncode = message["exit"]
+        cpu = message.get("cpu")
+        self.cpu_seconds = float(cpu) if isinstance(cpu, int | float) else None
         self.launcher.busy = False
         self.close()
         return self.returncode
@@ -484,6 +515,7 @@ class Launcher:
         #: A child was started and its exit not read yet: not reusable as it is.
         self.busy = False
         self._memory_bytes: int | None = None
+        self._cpu_limit: float | None = None
         self._failures = 0
 
     @classmethod
@@ -534,9 +566,14 @@ class Launcher:
         launcher._failures = launcher._memory_failcnt()
         return launcher
 
-    def prepare(self, memory_bytes: int) -> None:
-        """Cap the slot's memory for the next call (OSError if the host refuses)."""
-        if self.slot is None or "memory" not in self.slot.paths:
+    def prepare(self, memory_bytes: int, cpu_limit: float | None = None) -> None:
+        """Cap the slot's memory and CPU for the next call (OSError if the host refuses)."""
+        if self.slot is None:
+            return
+        if cpu_limit is not None and cpu_limit != self._cpu_limit:
+            self.slot.set_cpu_limit(cpu_limit)  # a no-op without a cpu cgroup
+            self._cpu_limit = cpu_limit
+        if "memory" not in self.slot.paths:
             return
         if memory_bytes != self._memory_bytes:
             self.slot.write("memory", "memory.limit_in_bytes", str(memory_bytes))
@@ -570,8 +607,10 @@ class Launcher:
         out_fd: int,
         args_fd: int,
         seccomp_fd: int,
+        cpu_seconds: tuple[int, int] | None = None,
     ) -> LaunchedChild:
-        """Start `argv` in the slot: `out_fd` at 1 and 2, the memfds at ARGS_FD and SECCOMP_FD."""
+        """Start `argv` in the slot: `out_fd` at 1 and 2, the memfds at ARGS_FD and SECCOMP_FD;
+        RLIMIT_CPU (soft, hard) set on the child alone (`_spawn`) if `cpu_seconds`."""
         encoded = [os.fsencode(a) for a in argv]  # UnicodeEncodeError (ValueError) here, as Popen
         if any(b"\0" in a for a in encoded):
             raise ValueError("embedded null byte")
@@ -582,6 +621,7 @@ class Launcher:
                 for k, v in env.items()
             },
             "stdin": stdin_fd is not None,
+            "cpu_seconds": list(cpu_seconds) if cpu_seconds is not None else None,
         }
         fds = [out_fd, args_fd, seccomp_fd, *([stdin_fd] if stdin_fd is not None else [])]
         data = json.dumps(request).encode()
@@ -680,14 +720,14 @@ class LauncherPool:
         self._closed = False
         _forget_after_fork(self)
 
-    def _new(self, memory_bytes: int, rlimits: Rlimits) -> Launcher:
+    def _new(self, memory_bytes: int, rlimits: Rlimits, cpu_limit: float | None) -> Launcher:
         from workers.sandbox.cgroup import PIDS_MAX  # noqa: PLC0415
 
         slot = None
         if self.cgroups.controllers:
             # pids.max counts the launcher itself: the call keeps PIDS_MAX.
             slot = self.cgroups.create(
-                memory_bytes=memory_bytes, pids_max=PIDS_MAX + 1, kind="slot"
+                memory_bytes=memory_bytes, cpu_limit=cpu_limit, pids_max=PIDS_MAX + 1, kind="slot"
             )
         try:
             launcher = Launcher.start(slot, rlimits)
@@ -696,11 +736,15 @@ class LauncherPool:
                 slot.remove()
             raise
         launcher._memory_bytes = memory_bytes
+        launcher._cpu_limit = cpu_limit
         return launcher
 
-    def take(self, memory_bytes: int, rlimits: Rlimits) -> Launcher | None:
-        """A free launcher with `rlimits` (a new one if none is), its slot empty and its
-        memory capped at `memory_bytes`; None if the pool is closed or not this process's,
+    def take(
+        self, memory_bytes: int, rlimits: Rlimits, cpu_limit: float | None = None
+    ) -> Launcher | None:
+        """A free launcher with `rlimits` (a new one if none is), its slot empty, its
+        memory capped at `memory_bytes` and its CPU at `cpu_limit` cores (None: left as
+        it is); None if the pool is closed or not this process's,
         or if RLIMIT_DATA is below MIN_DATA_BYTES.
 
         Raises LauncherUnavailable or OSError if a new one cannot be made.
@@ -727,12 +771,12 @@ class LauncherPool:
                 break
             try:
                 if launcher.settled():
-                    launcher.prepare(memory_bytes)
+                    launcher.prepare(memory_bytes, cpu_limit)
                     return launcher
             except OSError:
                 pass  # e.g. EBUSY: its page cache is over the new cap
             self._retire(launcher)
-        launcher = self._new(memory_bytes, rlimits)
+        launcher = self._new(memory_bytes, rlimits, cpu_limit)
         with self._lock:
             self._all.add(launcher)
         return launcher

@@ -18,6 +18,17 @@ queues, which seccomp refuses as well) is set once on the worker process itself
 `Limits.prlimit_argv` is the equivalent util-linux `prlimit` prefix, kept for
 reference and diagnostics.
 
+RLIMIT_CPU is the exception to "set on the launcher itself": the kernel counts
+it per process, and a launcher lives for thousands of calls, so its own CPU
+time would reach the limit and the kernel would kill it mid-call (and a
+launcher per timeout would make the pool churn). So it is never among the
+launcher's own limits (`Limits.rlimits`); the launcher sets it on each child
+with prlimit(2) right after posix_spawn, before the child (bwrap) can start
+anything: bwrap blocks reading its --args from a pipe the launcher fills only
+after the prlimit (`launcher._spawn`). On the direct path dash's `ulimit -t`
+sets it like the others. Each process of the call inherits it and counts its
+own CPU time from zero.
+
 The cgroups each call gets are a setting, `$VESSEL_SANDBOX_CGROUPS` (read once
 when the runner is built, `cgroup.CgroupSettings`): `per-call` (the default:
 a pids and a memory cgroup per call where a v1 hierarchy is writable; on a root
@@ -33,11 +44,14 @@ worker's user: the kernel counts them per user across every user namespace, so
 the cap is shared by all the calls of that user at once (a fork bomb makes other
 calls' forks fail until its timeout, instead of exhausting the host's pids).
 RLIMIT_NPROC is ignored for root: a root worker without cgroups bounds a fork
-bomb only by the timeout.
+bomb only by the timeout. CPU: RLIMIT_CPU bounds each process to timeout x
+cpu_limit CPU seconds; N processes may still use N cores until the timeout
+(the cgroup CPU quota, `cgroup.py`, bounds the whole call where it exists).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import shutil
@@ -51,6 +65,7 @@ __all__ = [
     "MSGQUEUE_BYTES",
     "USER_PROCESSES",
     "Limits",
+    "cpu_seconds",
     "prlimit_binary",
     "restrict_worker_msgqueue",
 ]
@@ -65,6 +80,11 @@ MAX_OPEN_FILES = 4096
 USER_PROCESSES = 2048
 #: RLIMIT_MSGQUEUE of every call (and of the worker process, see above).
 MSGQUEUE_BYTES = 0
+
+
+def cpu_seconds(timeout: float, cpu_limit: float) -> int:
+    """RLIMIT_CPU's soft limit of one call: ceil(timeout x cpu_limit), at least 1 s."""
+    return max(1, math.ceil(timeout * cpu_limit))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,13 +109,30 @@ class Limits:
     msgqueue_bytes: int = MSGQUEUE_BYTES
     #: RLIMIT_NPROC, set only when the worker is not root (root ignores it).
     processes: int | None = None
+    #: RLIMIT_CPU soft limit, per process: timeout x cpu_limit CPU seconds, so a
+    #: process spinning N threads is stopped after timeout / N of wall clock
+    #: (one spinning thread gets to the timeout). At the soft limit the kernel
+    #: sends SIGXCPU, which names the cause (exit 128+24); the hard limit, one
+    #: second later, is SIGKILL for a process that ignores it. soft < hard lets a
+    #: tool raise its soft limit to the hard one: one CPU second more at most.
+    #: Not among the launcher's own limits (`rlimits`): see the module docstring.
+    cpu_seconds: int
+
+    @property
+    def cpu_hard_seconds(self) -> int:
+        """RLIMIT_CPU hard limit: SIGKILL one CPU second after the soft limit's SIGXCPU."""
+        return self.cpu_seconds + 1
 
     @classmethod
-    def for_agent(cls, settings: AgentSettings) -> Limits:
+    def for_agent(cls, settings: AgentSettings, *, timeout: float | None = None) -> Limits:
+        """The limits of a call of `settings`' agent, of a tool with `timeout` (default:
+        the agent's tool_timeout_seconds)."""
+        timeout = settings.tool_timeout_seconds if timeout is None else timeout
         return cls(
             file_size_bytes=settings.disk_limit_mb * MIB,
             data_bytes=settings.memory_limit_mb * MIB,
             processes=USER_PROCESSES if os.geteuid() != 0 else None,
+            cpu_seconds=cpu_seconds(timeout, settings.cpu_limit),
         )
 
     def prlimit_argv(self, binary: str) -> list[str]:
@@ -113,13 +150,15 @@ class Limits:
             f"--memlock={pair(self.memlock_bytes)}",
             f"--msgqueue={pair(self.msgqueue_bytes)}",
             *([f"--nproc={pair(self.processes)}"] if self.processes is not None else []),
+            f"--cpu={self.cpu_seconds}:{self.cpu_hard_seconds}",
             "--",
         ]
 
     def rlimits(self) -> tuple[tuple[int, int], ...]:
         """(resource.RLIMIT_*, value) pairs, each to be set soft = hard (slot launchers).
 
-        Exact bytes, no dash units to round to; RLIMIT_MSGQUEUE included.
+        Exact bytes, no dash units to round to; RLIMIT_MSGQUEUE included;
+        RLIMIT_CPU not (set per child: `cpu_seconds`, module docstring).
         """
         pairs = [
             (resource.RLIMIT_NOFILE, self.open_files),
@@ -134,7 +173,8 @@ class Limits:
         return tuple(pairs)
 
     def ulimit_script(self) -> str:
-        """dash `ulimit` commands setting these limits, soft and hard (no -H/-S: both).
+        """dash `ulimit` commands setting these limits, soft and hard (no -H/-S: both;
+        RLIMIT_CPU's two differ).
 
         dash's units: -f and -c in 512-byte blocks, -d and -l in KiB (rounded
         down, so never looser). RLIMIT_MSGQUEUE has no dash flag: see
@@ -147,6 +187,9 @@ class Limits:
             f"ulimit -c {self.core_bytes // 512}",
             f"ulimit -l {self.memlock_bytes // 1024}",
             *([f"ulimit -p {self.processes}"] if self.processes is not None else []),
+            # Soft first: the kernel refuses a hard limit below the soft one (unlimited).
+            f"ulimit -S -t {self.cpu_seconds}",
+            f"ulimit -H -t {self.cpu_hard_seconds}",
         ]
         return " && ".join(steps) + " || exit 125"
 

@@ -20,7 +20,9 @@ output until every writer is gone, then lets it through.
 
 Only what the model can be shown is kept (`keep_chars`); the rest is decoded
 only to be counted, so a flood costs CPU, not memory. Past `hard_cap_bytes` of
-output the tree is killed.
+output the tree is killed. A `watch` (the workspace watchdog, `watchdog.py`)
+is asked at every turn of the loop, so at least every `TICK_SECONDS`; when it
+says stop, the tree is killed (reason "limit").
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ _WRITE_SIZE = 64 * 1024
 #: After a kill, how long to wait for the last writer of the pipe to go.
 _AFTER_KILL_DRAIN_SECONDS = 1.0
 
-Reason = Literal["exited", "timeout", "cancelled", "overflow"]
+Reason = Literal["exited", "timeout", "cancelled", "overflow", "limit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,9 @@ class Finished:
     dropped_chars: int
     total_bytes: int
     pid: int
+    #: CPU seconds of the process tree (user + system of every process reaped
+    #: in it), when the spawner reports them (a launcher does; None otherwise).
+    cpu_seconds: float | None = None
 
 
 class Child(Protocol):
@@ -81,6 +86,10 @@ class Child(Protocol):
 
     @property
     def pid(self) -> int: ...
+
+    @property
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds of its tree once reaped, if known."""
 
     def wait(self, timeout: float | None) -> int | None:
         """Its exit status, or None if it is still running after `timeout` seconds.
@@ -117,6 +126,10 @@ class PopenChild:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    @property
+    def cpu_seconds(self) -> float | None:
+        return None  # Popen reaps it without the rusage
 
     def wait(self, timeout: float | None) -> int | None:
         try:
@@ -169,6 +182,7 @@ def run_process(
     keep_chars: int,
     hard_cap_bytes: int,
     cancel: threading.Event | None = None,
+    watch: Callable[[], bool] | None = None,
 ) -> Finished:
     """`run_child` of `argv` started by `subprocess.Popen` (the direct path).
 
@@ -197,6 +211,7 @@ def run_process(
         keep_chars=keep_chars,
         hard_cap_bytes=hard_cap_bytes,
         cancel=cancel,
+        watch=watch,
     )
 
 
@@ -208,9 +223,10 @@ def run_child(
     keep_chars: int,
     hard_cap_bytes: int,
     cancel: threading.Event | None = None,
+    watch: Callable[[], bool] | None = None,
 ) -> Finished:
-    """Run what `spawn` starts to its end, the deadline, a cancel or the output cap,
-    whichever comes first.
+    """Run what `spawn` starts to its end, the deadline, a cancel, the output cap or
+    `watch()` returning True (reason "limit"), whichever comes first.
 
     Raises OSError if the process cannot be started, or if its launcher is lost
     mid-call (after killing what is left of it).
@@ -297,6 +313,9 @@ def run_child(
             if out.total_bytes > hard_cap_bytes:
                 reason = "overflow"
                 break
+            if watch is not None and watch():
+                reason = "limit"
+                break
         close_stdin()
         if reason == "exited":
             # The output closed: every process of the sandbox is gone or going.
@@ -330,6 +349,7 @@ def run_child(
         dropped_chars=out.dropped,
         total_bytes=out.total_bytes,
         pid=child.pid,
+        cpu_seconds=child.cpu_seconds,
     )
 
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.constants import (
+    DEFAULT_CPU_LIMIT,
     DEFAULT_DISK_LIMIT_MB,
     DEFAULT_MEMORY_LIMIT_MB,
     DEFAULT_TOOL_OUTPUT_CHARS,
@@ -75,13 +76,16 @@ from workers.sandbox.launcher import (
 from workers.sandbox.limits import MIB, Limits, restrict_worker_msgqueue
 from workers.sandbox.outbox import DEFAULT_OUTBOX_CAP_BYTES, collect_outbox, ensure_mount_point
 from workers.sandbox.process import Child, Finished, run_child, run_process
+from workers.sandbox.watchdog import Usage, WorkspaceWatch
 from workers.sandbox.workspace import WorkspaceStore
 
 __all__ = [
     "DEFAULT_OUTPUT_HARD_CAP_BYTES",
     "SandboxRunner",
+    "cpu_limit_text",
     "format_seconds",
     "timed_out_text",
+    "workspace_limit_text",
 ]
 
 #: Total output bytes after which a call is killed: 64 MiB. Past
@@ -107,6 +111,24 @@ def timed_out_text(seconds: float) -> str:
     return f"[timed out after {format_seconds(seconds)} s]"
 
 
+def workspace_limit_text(usage: Usage, settings: AgentSettings, *, started: bool) -> str:
+    """The turn's workspace passed workspace_limit_mb or workspace_files (`watchdog.py`):
+    `[the turn's workspace passed its limit of 1024 MB: the tool was stopped]`, `... of
+    100000 files ...`; before the call (`started` False) `...: the tool was not run]`."""
+    end = "the tool was stopped" if started else "the tool was not run"
+    if usage.breach == "size":
+        return f"[the turn's workspace passed its limit of {settings.workspace_limit_mb} MB: {end}]"
+    if usage.breach == "files":
+        return f"[the turn's workspace passed its limit of {settings.workspace_files} files: {end}]"
+    return f"[the turn's workspace cannot be measured ({usage.problem}): {end}]"
+
+
+def cpu_limit_text(seconds: int) -> str:
+    """A process used its RLIMIT_CPU (timeout x cpu_limit, `limits.py`):
+    `[stopped after N s of CPU time: the tool's CPU limit]`."""
+    return f"[stopped after {seconds} s of CPU time: the tool's CPU limit]"
+
+
 def _signal_name(returncode: int) -> str | None:
     number = returncode - _SIGNAL_BASE
     if not 0 < number < signal.NSIG:
@@ -127,6 +149,25 @@ def _default_limits() -> Limits:
             disk_limit_mb=DEFAULT_DISK_LIMIT_MB,
             memory_limit_mb=DEFAULT_MEMORY_LIMIT_MB,
         )
+    )
+
+
+#: A SIGKILL counts as the CPU limit's (a process that ignored SIGXCPU) when the
+#: tree's CPU time is within this of RLIMIT_CPU's hard limit: the kernel checks
+#: it at each tick (4 ms at HZ=250), so the time reaches it give or take that.
+_CPU_KILL_SLACK_SECONDS = 0.05
+
+
+def _hit_cpu_limit(signal_name: str, finished: Finished, limits: Limits) -> bool:
+    """True if a process of the call was stopped by RLIMIT_CPU: its soft limit's
+    SIGXCPU (nothing else sends it), or the hard limit's SIGKILL once the tree's CPU
+    time (launcher path only: its rusage) reached it."""
+    if signal_name == "SIGXCPU":
+        return True
+    return (
+        signal_name == "SIGKILL"
+        and finished.cpu_seconds is not None
+        and finished.cpu_seconds >= limits.cpu_hard_seconds - _CPU_KILL_SLACK_SECONDS
     )
 
 
@@ -189,7 +230,9 @@ class SandboxRunner:
         pool = LauncherPool(self._cgroups)
         try:
             # The default agent settings' limits: the launcher most calls can reuse.
-            first = pool.take(DEFAULT_MEMORY_LIMIT_MB * MIB, _default_limits().rlimits())
+            first = pool.take(
+                DEFAULT_MEMORY_LIMIT_MB * MIB, _default_limits().rlimits(), DEFAULT_CPU_LIMIT
+            )
         except OSError as exc:  # LauncherUnavailable, or the slot cgroups refused
             pool.close()
             self._direct_because = str(exc)
@@ -293,17 +336,30 @@ class SandboxRunner:
             return result(
                 is_error=True, output=f"[sandbox error: workspace: {exc}]", outcome="error"
             )
-        memory_bytes = agent.settings.memory_limit_mb * MIB
+        settings = agent.settings
+        memory_bytes = settings.memory_limit_mb * MIB
+        limits = Limits.for_agent(settings, timeout=timeout)
         cgroup: CallCgroup | None = None
         launcher: Launcher | None = None
         outbox_dir: Path | None = None
         try:
             ensure_mount_point(workspace / "outbox")
             outbox_dir = self.workspaces.new_outbox()
-            launcher = self._take_launcher(memory_bytes, Limits.for_agent(agent.settings))
+            watch = WorkspaceWatch(
+                (workspace, outbox_dir),
+                max_bytes=settings.workspace_limit_mb * MIB,
+                max_files=settings.workspace_files,
+            )
+            if watch.check():  # already over (an earlier call of the turn): not run
+                assert watch.usage is not None
+                text = workspace_limit_text(watch.usage, settings, started=False)
+                return result(is_error=True, output=text, outcome="refused")
+            launcher = self._take_launcher(memory_bytes, limits, settings.cpu_limit)
             if launcher is None and self._cgroups.controllers:
                 try:
-                    cgroup = self._cgroups.create(memory_bytes=memory_bytes)
+                    cgroup = self._cgroups.create(
+                        memory_bytes=memory_bytes, cpu_limit=settings.cpu_limit
+                    )
                 except OSError:
                     cgroup = None  # the host changed its mind: rlimits still hold
             finished = self._spawn(
@@ -316,6 +372,8 @@ class SandboxRunner:
                 cancel=cancel,
                 cgroup=cgroup,
                 launcher=launcher,
+                limits=limits,
+                watch=watch,
             )
             outbox = collect_outbox(outbox_dir, self.outbox_cap_bytes)
         except (OSError, ValueError) as exc:
@@ -355,6 +413,16 @@ class SandboxRunner:
                 outcome="killed",
                 **files,
             )
+        if finished.reason == "limit":
+            assert watch.usage is not None
+            note = workspace_limit_text(watch.usage, settings, started=True)
+            return result(
+                is_error=True,
+                output=f"{text}\n{note}" if text else note,
+                dropped_chars=dropped,
+                outcome="killed",
+                **files,
+            )
         code = finished.returncode
         assert code is not None
         if text.startswith(_SETUP_ERROR_PREFIXES):
@@ -364,6 +432,14 @@ class SandboxRunner:
         if not finished.text and not finished.dropped_chars:
             text, dropped = f"[exit code {code}]", 0
         name = _signal_name(code) if code else None
+        if name is not None and not oom and _hit_cpu_limit(name, finished, limits):
+            return result(
+                is_error=True,
+                output=f"{text}\n{cpu_limit_text(limits.cpu_seconds)}",
+                dropped_chars=dropped,
+                outcome="killed",
+                **files,
+            )
         if name is not None:
             why = f"; memory_limit_mb ({agent.settings.memory_limit_mb}) reached" if oom else ""
             text += f"\n[killed by signal {name}{why}]"
@@ -376,7 +452,9 @@ class SandboxRunner:
             **files,
         )
 
-    def _take_launcher(self, memory_bytes: int, limits: Limits) -> Launcher | None:
+    def _take_launcher(
+        self, memory_bytes: int, limits: Limits, cpu_limit: float
+    ) -> Launcher | None:
         """A launcher for this call, None for the direct path (none in this process,
         or a new one cannot be started now: this call goes direct, the next tries again)."""
         pool = self._launchers
@@ -390,7 +468,7 @@ class SandboxRunner:
                 pool = self._launchers
             assert pool is not None
         try:
-            return pool.take(memory_bytes, limits.rlimits())
+            return pool.take(memory_bytes, limits.rlimits(), cpu_limit)
         except (LauncherUnavailable, OSError) as exc:
             if not self._warned_no_launcher:  # once: a broken host would say it per call
                 self._warned_no_launcher = True
@@ -419,6 +497,8 @@ class SandboxRunner:
         cancel: threading.Event | None,
         cgroup: CallCgroup | None,
         launcher: Launcher | None,
+        limits: Limits,
+        watch: WorkspaceWatch,
     ) -> Finished:
         assert self._bwrap is not None
         layout = Layout(
@@ -446,7 +526,6 @@ class SandboxRunner:
                 stdin = None
             else:
                 stdin = json.dumps(arguments).encode() + b"\n"
-            limits = Limits.for_agent(agent.settings)
             bwrap_argv = [
                 self._bwrap,
                 "--args",
@@ -471,6 +550,7 @@ class SandboxRunner:
                     keep_chars=agent.settings.tool_output_chars,
                     hard_cap_bytes=self.output_hard_cap_bytes,
                     cancel=cancel,
+                    watch=watch.poll,
                 )
 
             def launch(stdin_fd: int | None, out_fd: int) -> Child:
@@ -482,6 +562,7 @@ class SandboxRunner:
                     out_fd=out_fd,
                     args_fd=args_fd,
                     seccomp_fd=seccomp_fd,
+                    cpu_seconds=(limits.cpu_seconds, limits.cpu_hard_seconds),
                 )
 
             return run_child(
@@ -491,6 +572,7 @@ class SandboxRunner:
                 keep_chars=agent.settings.tool_output_chars,
                 hard_cap_bytes=self.output_hard_cap_bytes,
                 cancel=cancel,
+                watch=watch.poll,
             )
         finally:
             os.close(seccomp_fd)
