@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from workers.sandbox import cgroup
+from workers.sandbox.cgroup import CgroupSettings
+from workers.sandbox.runner import SandboxRunner
 
 from .conftest import FORK_BOMB, Sandbox
 
@@ -366,6 +368,150 @@ def test_disk_hog_with_dd(sandbox: Sandbox) -> None:
     assert result.is_error
     assert "SIGXFSZ" in result.output or "File too large" in result.output, result.output
     assert (sandbox.workspace("dd") / "hog").stat().st_size <= 4 * 1024 * 1024
+
+
+#: Writes 1 MiB files (each under disk_limit_mb) as fast as it can, 100 MiB in all,
+#: then waits: only a watchdog of the whole workspace stops it.
+FILL_WORKSPACE = (
+    "import os, time\n"
+    "chunk = b'x' * 1024 * 1024\n"
+    "for n in range(100):\n"
+    "    with open(f'/tmp/vessel/fill-{n}', 'wb') as f:\n"
+    "        f.write(chunk)\n"
+    "print('WROTE 100 MiB', flush=True)\n"
+    "time.sleep(3)\n"
+)
+
+
+def test_fill_the_workspace_past_workspace_limit_mb(sandbox: Sandbox) -> None:
+    result = sandbox.call(FILL_WORKSPACE, disk_mb=16, workspace_mb=8, timeout=6, turn="fill")
+    assert result.outcome == "killed", result.output
+    assert result.output.endswith(
+        "[the turn's workspace passed its limit of 8 MB: the tool was stopped]"
+    ), result.output
+    assert result.exit_code is None
+    # The next call of the turn finds its workspace over the limit: it is not run.
+    again = sandbox.call(shell="echo RAN", workspace_mb=8, turn="fill")
+    assert (again.outcome, again.output) == (
+        "refused",
+        "[the turn's workspace passed its limit of 8 MB: the tool was not run]",
+    )
+    # Another turn is not affected.
+    assert sandbox.call(shell="echo RAN", workspace_mb=8, turn="other").output == "RAN\n"
+
+
+def test_fill_the_outbox_past_workspace_limit_mb(sandbox: Sandbox) -> None:
+    script = FILL_WORKSPACE.replace("/tmp/vessel/fill", "/tmp/vessel/outbox/fill")
+    result = sandbox.call(script, disk_mb=16, workspace_mb=8, timeout=6)
+    assert result.outcome == "killed", result.output
+    assert "passed its limit of 8 MB" in result.output
+
+
+def test_make_more_files_than_workspace_files(sandbox: Sandbox) -> None:
+    script = (
+        "import os, time\n"
+        "for n in range(50):\n"
+        "    os.mkdir(f'/tmp/vessel/d{n}')\n"
+        "    for m in range(100):\n"
+        "        open(f'/tmp/vessel/d{n}/{m}', 'w').close()\n"
+        "print('MADE 5050 FILES', flush=True)\n"
+        "time.sleep(3)\n"
+    )
+    result = sandbox.call(script, workspace_files=500, timeout=6, turn="files")
+    assert result.outcome == "killed", result.output
+    assert result.output.endswith(
+        "[the turn's workspace passed its limit of 500 files: the tool was stopped]"
+    ), result.output
+    again = sandbox.call(shell="echo RAN", workspace_files=500, turn="files")
+    assert again.outcome == "refused" and "500 files: the tool was not run" in again.output
+
+
+def test_hide_files_behind_links_and_unreadable_folders(sandbox: Sandbox) -> None:
+    # Links are counted, never followed (a link to /usr is one entry, not 100,000);
+    # a folder made unreadable is still counted.
+    script = (
+        "import os, time\n"
+        "os.symlink('/usr', '/tmp/vessel/usr')\n"
+        "os.mkdir('/tmp/vessel/hidden')\n"
+        "for m in range(600):\n"
+        "    open(f'/tmp/vessel/hidden/{m}', 'w').close()\n"
+        "os.chmod('/tmp/vessel/hidden', 0)\n"
+        "print('HIDDEN', flush=True)\n"
+        "time.sleep(3)\n"
+    )
+    ok = sandbox.call(
+        "import os; os.symlink('/usr', '/tmp/vessel/usr'); print('LINKED')",
+        workspace_files=10,
+        workspace_mb=1,
+    )
+    assert (ok.outcome, ok.output) == ("ok", "LINKED\n")
+    result = sandbox.call(script, workspace_files=500, timeout=6)
+    assert result.outcome == "killed", result.output
+    assert "passed its limit of 500 files" in result.output
+
+
+# --- CPU -----------------------------------------------------------------------------------
+
+#: N threads spin in hashlib (which releases the GIL, so they run in parallel) for
+#: a fixed wall time; then the tool prints its own CPU time (user + system).
+SPIN = (
+    "import hashlib, os, sys, threading, time\n"
+    "def spin():\n"
+    "    data = b'x' * 1_000_000\n"
+    "    while True:\n"
+    "        hashlib.sha256(data).digest()\n"
+    "for _ in range({threads}):\n"
+    "    threading.Thread(target=spin, daemon=True).start()\n"
+    "{before}"
+    "time.sleep({seconds})\n"
+    "t = os.times()\n"
+    "print(round(t.user + t.system, 3), flush=True)\n"
+)
+
+
+def test_spin_four_threads_past_the_cpu_quota(sandbox: Sandbox) -> None:
+    if "cpu" not in sandbox.runner.cgroup_controllers:
+        pytest.skip("no writable cpu cgroup hierarchy on this host")
+    # A quarter of a core for 1.5 s of wall clock: about 0.4 CPU-seconds, however
+    # many threads spin (without the quota, 4 threads take every core there is).
+    script = SPIN.format(threads=4, before="", seconds=1.5)
+    result = sandbox.call(script, cpu_limit=0.25, timeout=4)
+    assert result.outcome == "ok", result.output
+    assert float(result.output) <= 1.5 * 0.25 * 1.6 + 0.05, result.output
+    slots = [each.slot for each in sandbox.runner._launchers._free]  # type: ignore[union-attr]
+    quotas = {s.read("cpu", "cpu.cfs_quota_us").strip() for s in slots if s is not None}
+    assert quotas == {"25000"}  # 0.25 x the 100 ms period
+
+
+@pytest.mark.parametrize("launchers", [True, False], ids=["launcher", "direct"])
+def test_spin_two_threads_past_rlimit_cpu_without_cgroups(
+    sandbox: Sandbox, launchers: bool
+) -> None:
+    sandbox.runner = SandboxRunner(
+        sandbox.runner.workspaces, cgroups=CgroupSettings(mode="off"), launchers=launchers
+    )
+    assert sandbox.runner.cgroup_controllers == ()
+    # RLIMIT_CPU = ceil(4 s x 0.25) = 1 CPU-second: 2 spinning threads reach it in
+    # about half a second of wall clock, long before the 4 s timeout.
+    script = SPIN.format(threads=2, before="", seconds=10)
+    result = sandbox.call(script, cpu_limit=0.25, timeout=4)
+    assert (result.outcome, result.output) == (
+        "killed",
+        "[stopped after 1 s of CPU time: the tool's CPU limit]",
+    )
+
+
+def test_ignore_sigxcpu_and_spin_on(sandbox: Sandbox) -> None:
+    # SIGXCPU ignored: the hard limit, one CPU-second later, is a SIGKILL; the
+    # tree's CPU time (the launcher's rusage) still names the cause.
+    sandbox.runner = SandboxRunner(sandbox.runner.workspaces, cgroups=CgroupSettings(mode="off"))
+    before = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"
+    script = SPIN.format(threads=2, before=before, seconds=10)
+    result = sandbox.call(script, cpu_limit=0.2, timeout=5)
+    assert (result.outcome, result.output) == (
+        "killed",
+        "[stopped after 2 s of CPU time: the tool's CPU limit]",
+    )
 
 
 def test_five_thousand_open_files(sandbox: Sandbox) -> None:

@@ -102,6 +102,8 @@ _DEFAULT_SIGNALS = tuple(
     if hasattr(signal, name)
 )
 _PR_SET_CHILD_SUBREAPER = 36
+#: After a SIGKILL, how long to wait for the call's orphaned init (for its rusage).
+_REAP_REST_SECONDS = 0.25
 #: Memory the launcher must be able to allocate under the calls' RLIMIT_DATA.
 _HEADROOM_BYTES = 8 * 1024 * 1024
 #: Calls with a smaller RLIMIT_DATA (memory_limit_mb) take the direct path: a
@@ -286,20 +288,46 @@ def _become_subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _reap(child: int) -> tuple[int, float] | None:
-    """Reap every exited child (orphans included); if `child` was one, its exit status
-    and the CPU seconds of its tree (user + system of it and every process it reaped:
-    bwrap reaps the sandbox's init, which reaps the tool)."""
-    got = None
+def _reap(child: int) -> tuple[int | None, float]:
+    """Reap every exited child (orphans included): `child`'s exit status if it was one
+    (else None), and the CPU seconds of all reaped (user + system of each and of the
+    processes it reaped: bwrap's init reaps the tool, and as an orphan is ours)."""
+    code = None
+    cpu = 0.0
     while True:
         try:
             pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
-            return got
+            return code, cpu
         if pid == 0:
-            return got
+            return code, cpu
+        cpu += usage.ru_utime + usage.ru_stime
         if pid == child:
-            got = (os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime)
+            code = os.waitstatus_to_exitcode(status)
+
+
+def _reap_rest(wake_r: int, seconds: float) -> float:
+    """After a call killed by SIGKILL: reap what is left of it (bwrap's init, orphaned,
+    exits just after bwrap) for at most `seconds`; the CPU seconds of all reaped.
+
+    Its rusage holds the tool's: it tells a kill at RLIMIT_CPU's hard limit from
+    any other SIGKILL (the runner's `_hit_cpu_limit`)."""
+    cpu = 0.0
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            pid, _, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return cpu
+        if pid:
+            cpu += usage.ru_utime + usage.ru_stime
+            continue
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([wake_r], [], [], left)[0]:
+            return cpu
+        with contextlib.suppress(BlockingIOError):
+            while os.read(wake_r, 512):
+                pass
 
 
 def serve(
@@ -324,6 +352,7 @@ def serve(
         return
     _send(sock, {"ready": os.getpid()})
     pid = -1  # the call's child while it is not reaped
+    call_cpu = 0.0  # CPU seconds of what this call's processes reaped so far
     try:
         while True:
             ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
@@ -331,10 +360,13 @@ def serve(
                 with contextlib.suppress(BlockingIOError):
                     while os.read(wake_r, 512):
                         pass
-                got = _reap(pid)
-                if got is not None:
+                code, cpu = _reap(pid)
+                call_cpu += cpu
+                if code is not None:
                     pid = -1
-                    _send(sock, {"exit": got[0], "cpu": got[1]})
+                    if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
+                        call_cpu += _reap_rest(wake_r, _REAP_REST_SECONDS)
+                    _send(sock, {"exit": code, "cpu": call_cpu})
             if sock.fileno() not in ready:
                 continue
             message, fds = _recv_fds(sock)
@@ -353,6 +385,7 @@ def serve(
                     continue
                 try:
                     pid = _spawn(request, fds)
+                    call_cpu = 0.0
                 except (OSError, ValueError) as exc:
                     _send(sock, {"error": f"cannot execute {request['argv'][0]}: {exc}"})
                     continue
