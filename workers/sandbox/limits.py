@@ -31,7 +31,7 @@ own CPU time from zero.
 
 The cgroups each call gets are a setting, `$VESSEL_SANDBOX_CGROUPS` (read once
 when the runner is built, `cgroup.CgroupSettings`): `per-call` (the default:
-a pids and a memory cgroup per call where a v1 hierarchy is writable; on a root
+a pids, a memory and a cpu cgroup per call where a v1 hierarchy is writable; on a root
 host a fork bomb must not take every pid) or `off` (no cgroup: what follows holds).
 
 What holds without cgroups (cgroups v1, not delegated): every limit here is

@@ -14,11 +14,16 @@ bwrap, started by `subprocess.Popen`. `cgroup_mode` (the start-up log) says
 which path and which cgroups are in force.
 
 Cgroups: `SandboxRunner(..., cgroups=CgroupSettings(mode=...))`, by default
-`$VESSEL_SANDBOX_CGROUPS` read once here: `per-call` (default; pids and memory
+`$VESSEL_SANDBOX_CGROUPS` read once here: `per-call` (default; pids, memory and cpu
 caps per call where a v1 hierarchy is writable: a slot's on the launcher path,
 a fresh cgroup's on the direct path) or `off` (none: the rlimits, RLIMIT_NPROC
 for a non-root worker, the pid namespace and the timeout hold; see `limits.py`
 and `cgroup.py`). Launchers are used in both modes.
+
+The turn's workspace and the call's outbox are measured before the call (past
+workspace_limit_mb or workspace_files: not run) and while it runs, from the poll
+loop (`watchdog.py`: past a limit, the tree is killed). `cpu_limit` is a CPU
+quota where a `cpu` hierarchy is writable, and RLIMIT_CPU everywhere (`limits.py`).
 
 `run` never raises for anything a tool does: every outcome is a `ToolResult`;
 a launcher lost mid-call is a `[sandbox error: launcher lost ...]` and is
