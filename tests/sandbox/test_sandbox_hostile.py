@@ -383,7 +383,10 @@ FILL_WORKSPACE = (
 )
 
 
-def test_fill_the_workspace_past_workspace_limit_mb(sandbox: Sandbox) -> None:
+@pytest.mark.parametrize("launchers", [True, False], ids=["launcher", "direct"])
+def test_fill_the_workspace_past_workspace_limit_mb(sandbox: Sandbox, launchers: bool) -> None:
+    if not launchers:
+        sandbox.runner = SandboxRunner(sandbox.runner.workspaces, launchers=False)
     result = sandbox.call(FILL_WORKSPACE, disk_mb=16, workspace_mb=8, timeout=6, turn="fill")
     assert result.outcome == "killed", result.output
     assert result.output.endswith(

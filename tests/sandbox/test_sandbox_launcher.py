@@ -107,6 +107,44 @@ def test_the_call_gets_rlimit_cpu_but_the_launcher_does_not(either: Sandbox) -> 
         )
 
 
+def test_the_args_gate_pipe_carries_every_byte_and_sets_rlimit_cpu_first(
+    tmp_path: Path,
+) -> None:
+    # With cpu_seconds, ARGS_FD is a pipe the launcher fills after the prlimit: here
+    # the child reads it (like bwrap's --args), 300 KB (past a pipe's 64 KiB buffer),
+    # and reports its RLIMIT_CPU, set before it could read a byte.
+    launcher = Launcher.start(None, ())
+    memfd = os.memfd_create("args", os.MFD_CLOEXEC)
+    seccomp_fd = os.memfd_create("seccomp", os.MFD_CLOEXEC)
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        os.write(memfd, b"a" * 300_000)
+        os.lseek(memfd, 0, os.SEEK_SET)
+        shell = "wc -c <&3; ulimit -S -t; ulimit -H -t"  # read first, as bwrap does
+        child = launcher.spawn(
+            ["/bin/sh", "-c", shell],
+            env={"PATH": "/usr/bin:/bin"},
+            stdin_fd=None,
+            out_fd=out_w,
+            args_fd=memfd,
+            seccomp_fd=seccomp_fd,
+            cpu_seconds=(7, 8),
+        )
+        os.close(out_w)
+        out_w = -1
+        assert child.wait(10) == 0
+        output = b""
+        while chunk := os.read(out_r, 65536):
+            output += chunk
+        assert output.split() == [b"300000", b"7", b"8"]
+        assert child.cpu_seconds is not None and child.cpu_seconds >= 0
+    finally:
+        for fd in (memfd, seccomp_fd, out_r, out_w):
+            if fd >= 0:
+                os.close(fd)
+        launcher.close()
+
+
 def test_the_call_holds_no_descriptor_but_its_own(either: Sandbox) -> None:
     # Neither the launcher's received fds nor the memfds (host paths) reach the sandbox.
     result = either.call(shell="ls /proc/$$/fd | tr '\\n' ' '; echo; ls -l /proc/*/fd/ 2>&1")
