@@ -566,3 +566,19 @@ def test_staged_etc_holds_only_the_allow_list(tmp_path: Path) -> None:
         assert os.listdir(stage / "ssl" / "certs") == []  # the host's is bound over it
     again = bwrap.stage_etc(tmp_path / "etc")  # rebuilt in place
     assert set(os.listdir(again)) == names
+
+
+def test_a_call_cgroup_gets_its_cpu_quota() -> None:
+    support = cgroup.CgroupSupport.detect()
+    if "cpu" not in support.controllers:
+        pytest.skip("no writable cpu cgroup hierarchy on this host")
+    made = support.create(memory_bytes=64 * limits.MIB, cpu_limit=0.5)
+    try:
+        period = int(made.read("cpu", "cpu.cfs_period_us"))
+        assert int(made.read("cpu", "cpu.cfs_quota_us")) == period // 2
+        made.set_cpu_limit(0.001)  # below the kernel's 1 ms: held at 1 ms
+        assert int(made.read("cpu", "cpu.cfs_quota_us")) == cgroup.MIN_CPU_QUOTA_US
+        made.set_cpu_limit(3)
+        assert int(made.read("cpu", "cpu.cfs_quota_us")) == 3 * period
+    finally:
+        made.remove()
