@@ -274,7 +274,7 @@ class SandboxRunner:
 
     @property
     def cgroup_mode(self) -> str:
-        """What is in force, for the start-up log, e.g. `per-call (memory, pids) via slot
+        """What is in force, for the start-up log, e.g. `per-call (cpu, memory, pids) via slot
         launchers`, `off via slot launchers`, `per-call (none writable: rlimits only)
         via the sh wrapper (...)`."""
         if self.cgroup_settings.mode == "off":
