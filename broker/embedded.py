@@ -21,7 +21,7 @@ from celery import Celery
 from celery.contrib.testing.worker import TestWorkController
 from celery.worker import state
 
-from broker.admission import Claim, CancelOutcome, ClaimOutcome, Dispatched, Subscription
+from broker.admission import CancelOutcome, Claim, ClaimOutcome, Dispatched, Subscription
 from broker.queues import END_TURN_PREFIX, Kind, dedicated_lane, shared_lane
 
 if TYPE_CHECKING:
