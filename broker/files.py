@@ -30,6 +30,7 @@ had been lost with its host (the next call's result says so too).
 from __future__ import annotations
 
 import base64
+import time
 from typing import TYPE_CHECKING, Any
 
 from broker.errors import CallTimeout, WorkspaceError
@@ -60,6 +61,8 @@ MAX_PATH_CHARS = 4096
 #: How long an operation waits for its answer by default.
 DEFAULT_OP_TIMEOUT_SECONDS = 30.0
 OPERATIONS = ("put", "get", "list", "delete")
+#: The longest pause between two reads of an operation's answer.
+_POLL_CAP_SECONDS = 0.02
 
 
 def check_path(path: str, *, allow_root: bool = False) -> str:
@@ -131,6 +134,26 @@ class TurnFiles:
         """Remove the file, link or folder (with all it holds) at `path`."""
         self._run("delete", check_path(path))
 
+    def _wait(self, backend: Any, op_id: str, what: str) -> Any:
+        """The operation's answer, read from the result backend until `timeout`.
+
+        Polled (1 ms, doubling to 20 ms): an operation is rare next to calls,
+        and a poll holds no subscription connection open.
+        """
+        deadline = time.monotonic() + self.timeout
+        pause = 0.001
+        while True:
+            meta = backend.get_task_meta(op_id)
+            if isinstance(meta, dict) and meta.get("status") == "SUCCESS":
+                return meta.get("result")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CallTimeout(
+                    f"no answer to {what} of turn {self.turn!r} within {self.timeout} s"
+                )
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, _POLL_CAP_SECONDS)
+
     def _run(self, op: str, path: str, **fields: Any) -> dict[str, Any]:
         client = self.client
         op_id = new_call_id()
@@ -145,21 +168,14 @@ class TurnFiles:
             "seen": client.turn_seen(self.agent, self.turn),
             **fields,
         }
-        result = client.app.AsyncResult(op_id)
+        backend = client.app.backend
         try:
             client.app.send_task(
                 WORKSPACE_OP_TASK, args=[message], task_id=op_id, queue=lane, ignore_result=True
             )
-            try:
-                answer = result.get(timeout=self.timeout, interval=0.01, propagate=True)
-            except Exception as exc:
-                if type(exc).__name__ == "TimeoutError":  # celery.exceptions.TimeoutError
-                    raise CallTimeout(
-                        f"no answer to {op} {path!r} of turn {self.turn!r} within {self.timeout} s"
-                    ) from exc
-                raise
+            answer = self._wait(backend, op_id, f"{op} {path!r}")
         finally:
-            result.forget()  # a got file must not sit in Redis until results expire
+            backend.forget(op_id)  # a got file must not sit in Redis until results expire
         if not isinstance(answer, dict):
             raise WorkspaceError(f"{op} {path!r}: the worker's answer was not understood")
         if answer.get("workspace_lost"):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -23,7 +25,7 @@ from broker.errors import WorkspaceError
 from broker.queues import home_key, home_lane
 from workers.output import WORKSPACE_LOST_TEXT
 
-from .conftest import Cluster
+from .conftest import REPO, Cluster
 
 pytestmark = [
     pytest.mark.cluster,
@@ -311,4 +313,35 @@ def test_a_warm_shutdown_finishes_its_calls_then_the_turn_moves_with_the_note(
     assert output(running.result(timeout=5))["read"] == {}  # it finished there
     moved = client.call("box-k", "ws", {"read": ["a.txt"]}, owner="web/a", turn=turn, timeout=30)
     assert moved.workspace_lost and output(moved)["read"] == {"a.txt": None}
+    client.close()
+
+
+def test_the_files_command_works_on_the_turns_home_host(three: Cluster) -> None:
+    turn = turn_id()
+    client = three.client()
+    assert output(
+        client.call(
+            "box-t", "ws", {"write": {"tool.txt": "t"}}, owner="web/a", turn=turn, timeout=60
+        )
+    )
+
+    def files(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "workers.cli", "files", "-d", str(three.deployment_path)]
+            + ["box-t", turn, *args],
+            input=stdin,
+            env=three.env,
+            cwd=REPO,
+            capture_output=True,
+            timeout=60,
+        )
+
+    put = files("put", "up.txt", "-", stdin=b"from the cli")
+    assert put.returncode == 0, put.stderr
+    listed = files("ls")
+    assert listed.returncode == 0, listed.stderr
+    assert b"file\t1\ttool.txt" in listed.stdout and b"file\t12\tup.txt" in listed.stdout
+    assert client.files("box-t", turn).get("up.txt") == b"from the cli"
+    missing = files("get", "nope")
+    assert missing.returncode == 1 and b"no such file" in missing.stderr
     client.close()
