@@ -327,8 +327,10 @@ def test_the_files_command_works_on_the_turns_home_host(three: Cluster) -> None:
 
     def files(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
-            [sys.executable, "-m", "workers.cli", "files", "-d", str(three.deployment_path)]
-            + ["box-t", turn, *args],
+            [
+                *(sys.executable, "-m", "workers.cli", "files"),
+                *("-d", str(three.deployment_path), "box-t", turn, *args),
+            ],
             input=stdin,
             env=three.env,
             cwd=REPO,

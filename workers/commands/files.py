@@ -132,10 +132,8 @@ def _do(files: Any, args: argparse.Namespace) -> None:
         else:
             args.output.write_bytes(data)
     elif args.op == "put":
-        if args.source == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            data = Path(args.source).read_bytes()
+        source = args.source
+        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
         files.put(args.path, data)
     else:
         files.delete(args.path)
