@@ -11,7 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import EXAMPLES, REPO
+
+from broker.errors import WorkspaceError
 
 DEPLOYMENT = str(EXAMPLES / "deployment.toml")
 
@@ -67,3 +70,29 @@ def test_a_file_put_from_a_file_and_the_exit_codes(tmp_path: Path) -> None:
     assert absolute.returncode == 2 and b"is absolute" in absolute.stderr
     no_source = run(root, "files", "put", "x", str(tmp_path / "absent"))
     assert no_source.returncode == 2 and b"no such file to put" in no_source.stderr
+
+
+def test_client_files_on_the_embedded_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from broker.config import Settings
+    from broker.loading import load_deployment
+    from workers.worker import embedded_client
+
+    monkeypatch.setenv("VESSEL_WORKSPACE_ROOT", str(tmp_path / "ws"))
+    deployment = load_deployment(DEPLOYMENT)
+    with embedded_client(deployment, Settings(), "sandbox") as client:
+        files = client.files("field-guide", "turn-emb")
+        files.put("a.md", b"four words right here")
+        result = client.call(
+            "field-guide",
+            "word_count",
+            {"path": "/tmp/vessel/a.md"},
+            owner="web/a",
+            turn="turn-emb",
+            timeout=30,
+        )
+        assert result.output.strip() == "4" and not result.workspace_lost
+        assert [e["name"] for e in files.list()] == ["a.md", "outbox"]
+        with pytest.raises(WorkspaceError, match="no such file"):
+            files.get("b.md")
