@@ -268,3 +268,26 @@ def test_the_embedded_admission_is_every_turns_home() -> None:
         "mine",
         0,
     )
+
+
+def test_dedicated_workers_have_home_lanes_of_their_own(admission: RedisAdmission) -> None:
+    dedicated = "vessel.sandbox.a"
+    beat(admission, "host-s")
+    admission.heartbeat(
+        "sandbox", "d@host-d", {dedicated: 1, home_lane(dedicated, "host-d"): 1}, 10_000
+    )
+    assert lanes(submit(admission, "c1")) == [("c1", dedicated)]
+    assert claim(admission, "c1", "host-d") == Claim(outcome="run")
+    assert lanes(submit(admission, "c2")) == [("c2", "vessel.sandbox.a@host-d")]
+    # Another agent's turn stays with the shared workers and their home lanes.
+    assert lanes(submit(admission, "o1", "other")) == [("o1", SHARED)]
+    assert claim(admission, "o1", "host-s").outcome == "run"
+    assert lanes(submit(admission, "o2", "other")) == [("o2", home_lane(SHARED, "host-s"))]
+    # The dedicated host stops: its turns go back to the shared workers, lost.
+    admission.heartbeat(
+        "sandbox", "d@host-d", {dedicated: 0, home_lane(dedicated, "host-d"): 0}, 10_000
+    )
+    admission.recover("sandbox")
+    assert lanes(submit(admission, "c3")) == [("c3", SHARED)]
+    taken = claim(admission, "c3", "host-s")
+    assert taken.workspace_lost and taken.rehomed

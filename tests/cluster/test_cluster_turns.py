@@ -347,3 +347,29 @@ def test_the_files_command_works_on_the_turns_home_host(three: Cluster) -> None:
     missing = files("get", "nope")
     assert missing.returncode == 1 and b"no such file" in missing.stderr
     client.close()
+
+
+def test_redis_losing_the_homes_is_said_unless_the_folder_is_on_the_host(two: Cluster) -> None:
+    # After the tests above one host of `two` is left; add one, and home a turn
+    # on each: `gone` is on the host that dies with Redis's data, `kept` on the
+    # host that takes both turns afterwards.
+    new = two.start_host("k4", "-c", "2")
+    survivor = next(
+        p for p in two.procs if p.poll() is None and p is not new and "sandbox" in p.args
+    )
+    survivor_host = survivor.args[survivor.args.index("--hostname") + 1].split("@")[0]
+    client = two.client()
+    gone, kept = turn_id(), turn_id()
+    for turn, host in ((gone, "k4"), (kept, survivor_host)):
+        two.redis.hset(home_key("box-k", turn), "lane", home_lane("vessel.sandbox", host))
+        result = client.call(
+            "box-k", "ws", {"write": {"f": turn}}, owner="web/a", turn=turn, timeout=30
+        )
+        assert output(result) and home_host(two, "box-k", turn) == host
+    two.redis.flushall()  # Redis lost every home (and everything else)
+    two.kill(new)
+    lost = client.call("box-k", "ws", {"read": ["f"]}, owner="web/a", turn=gone, timeout=30)
+    assert lost.workspace_lost and output(lost)["read"] == {"f": None}
+    intact = client.call("box-k", "ws", {"read": ["f"]}, owner="web/a", turn=kept, timeout=30)
+    assert not intact.workspace_lost and output(intact)["read"] == {"f": kept}
+    client.close()
