@@ -318,7 +318,9 @@ local function take_home(agent, turn, mine, ttl, here, seen, for_call)
   if lost > 0 and not for_call then
     keep = '1'  -- an operation reports it; the next call still tells the model
   end
-  redis.call('HSET', key, 'lane', mine, 'lost', keep)
+  if home ~= mine or owed ~= keep then
+    redis.call('HSET', key, 'lane', mine, 'lost', keep)
+  end
   redis.call('EXPIRE', key, ttl)
   return mine, lost
 end
