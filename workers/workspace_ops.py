@@ -268,14 +268,18 @@ def run_workspace_op(runtime: CallRuntime, message: dict[str, Any]) -> str:
         if lost == 2:
             runtime.forget_turn(agent, turn)
         workspace = workspaces.for_turn(agent, turn)
-        data = base64.b64decode(message["data"], validate=True) if op == "put" else None
+        data = None
+        if op == "put":
+            if not isinstance(message.get("data"), str):
+                raise OpRefused("put: the message carries no data")
+            data = base64.b64decode(message["data"], validate=True)
         answer = perform(workspace, op, path, data, put_cap=settings.disk_limit_mb * 1024 * 1024)
         if op == "put":
             workspaces.touch(workspace)
         _answer(runtime, op_id, {"ok": True, "workspace_lost": lost > 0, **answer})
         return op
-    except (OpRefused, UnknownAgent, ValueError, KeyError) as exc:
-        _answer(runtime, op_id, {"ok": False, "error": str(exc).strip("'\"")})
+    except (OpRefused, UnknownAgent, ValueError) as exc:
+        _answer(runtime, op_id, {"ok": False, "error": str(exc)})
         return "refused"
     except OSError as exc:
         _answer(runtime, op_id, {"ok": False, "error": f"{op} {path}: {exc.strerror or exc}"})
