@@ -291,3 +291,25 @@ def test_dedicated_workers_have_home_lanes_of_their_own(admission: RedisAdmissio
     assert lanes(submit(admission, "c3")) == [("c3", SHARED)]
     taken = claim(admission, "c3", "host-s")
     assert taken.workspace_lost and taken.rehomed
+
+
+def test_a_host_is_one_workspace_root(tmp_path) -> None:
+    import socket
+
+    from broker.errors import ConfigError
+    from workers.sandbox.workspace import DEFAULT_WORKSPACE_ROOT
+    from workers.worker import host_id_from_environ, lanes_for
+
+    assert host_id_from_environ({"VESSEL_HOST_ID": "box-3"}) == "box-3"
+    with pytest.raises(ConfigError, match="VESSEL_HOST_ID"):
+        host_id_from_environ({"VESSEL_HOST_ID": "a@b"})
+    # Unset: the hostname for the default root; two other roots are two hosts,
+    # and processes sharing a root agree.
+    plain = host_id_from_environ({}, DEFAULT_WORKSPACE_ROOT)
+    assert plain == socket.gethostname()
+    one, two = (host_id_from_environ({}, tmp_path / n) for n in ("one", "two"))
+    assert len({plain, one, two}) == 3
+    assert host_id_from_environ({}, tmp_path / "one") == one
+    assert lanes_for("sandbox", None, "h") == ["vessel.sandbox", "vessel.sandbox@h"]
+    assert lanes_for("sandbox", ["a"], "h") == ["vessel.sandbox.a", "vessel.sandbox.a@h"]
+    assert lanes_for("service", None) == ["vessel.service"]

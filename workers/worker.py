@@ -31,14 +31,17 @@ lanes.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import os
+import re
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
@@ -103,14 +106,33 @@ def lanes_for(kind: Kind, agents: Sequence[str] | None, host_id: str | None = No
     return [lane for base in lanes for lane in (base, home_lane(base, host_id))]
 
 
-def host_id_from_environ(environ: dict[str, str] | None = None) -> str:
-    """`VESSEL_HOST_ID`, else the machine's hostname; ConfigError if not a valid id."""
+def host_id_from_environ(
+    environ: Mapping[str, str] | None = None, workspace_root: Path | None = None
+) -> str:
+    """The host of a sandbox worker: `VESSEL_HOST_ID` (ConfigError if not a valid id).
+
+    Unset: the machine's hostname; followed by `-` and a tag of the workspace
+    root (8 hex of its path's sha256) when the root is not the default one, so
+    that two roots on one machine are two hosts even when nobody set the id,
+    and the processes sharing a root still share it.
+    """
     env = os.environ if environ is None else environ
-    value = env.get(ENV_HOST_ID, "").strip() or socket.gethostname()
-    try:
-        return check_host_id(value)
-    except ValueError as exc:
-        raise ConfigError(f"{ENV_HOST_ID}: {exc}.") from None
+    value = env.get(ENV_HOST_ID, "").strip()
+    if value:
+        try:
+            return check_host_id(value)
+        except ValueError as exc:
+            raise ConfigError(f"{ENV_HOST_ID}: {exc}.") from None
+    from workers.sandbox.workspace import (  # noqa: PLC0415
+        DEFAULT_WORKSPACE_ROOT,
+        default_workspace_root,
+    )
+
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).lstrip("._-")[:80] or "host"
+    root = os.path.realpath(workspace_root or default_workspace_root())
+    if root != os.path.realpath(DEFAULT_WORKSPACE_ROOT):
+        name = f"{name}-{hashlib.sha256(root.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+    return check_host_id(name)
 
 
 def build_executor(

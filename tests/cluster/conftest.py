@@ -323,12 +323,19 @@ class Cluster:
             self.wait_registered(name, proc)
         return proc
 
-    def start_host(self, host: str, *args: str, wait: bool = True) -> subprocess.Popen[bytes]:
+    def start_host(
+        self, host: str, *args: str, wait: bool = True, set_id: bool = True
+    ) -> subprocess.Popen[bytes]:
         """A sandbox worker that is a host of its own: its own VESSEL_HOST_ID and
-        workspace root (`root_of(host)`), as on a machine of its own."""
+        workspace root (`root_of(host)`), as on a machine of its own. `set_id`
+        False leaves VESSEL_HOST_ID unset: the worker derives it from the root."""
         root = self.root_of(host)
         root.mkdir(exist_ok=True)
-        env = {"VESSEL_HOST_ID": host, "VESSEL_WORKSPACE_ROOT": str(root)}
+        env = {"VESSEL_WORKSPACE_ROOT": str(root)}
+        if set_id:
+            env["VESSEL_HOST_ID"] = host
+        else:
+            env["VESSEL_HOST_ID"] = ""
         return self.start_worker("sandbox", *args, name=host, wait=wait, env=env)
 
     def root_of(self, host: str) -> Path:
