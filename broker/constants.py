@@ -127,7 +127,8 @@ ENV_RESULT_BACKEND = "VESSEL_RESULT_BACKEND"
 ENV_WORKSPACE_ROOT = "VESSEL_WORKSPACE_ROOT"
 DEFAULT_DEPLOYMENT_FILE = "deployment.toml"
 #: The host a sandbox worker belongs to: one workspace root (default: the
-#: machine's hostname). Workers sharing a root must share the id, and only they.
+#: machine's hostname, tagged with the root when it is not the default one;
+#: `workers.worker.host_id_from_environ`). Workers sharing a root share the id.
 ENV_HOST_ID = "VESSEL_HOST_ID"
 #: A turn's workspace (and its home in Redis) is removed after this long unused.
 WORKSPACE_IDLE_TTL_SECONDS = 3600
