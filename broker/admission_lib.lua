@@ -197,7 +197,9 @@ local function dispatch(kind, lane, out, max_calls)
           redis.call('ZADD', inflight, expiry, id)
           redis.call('ZADD', P .. kind .. ':leases', expiry, id)
           redis.call('HSET', meta, 'lane', lane)
-          redis.call('HDEL', meta, 'queue')
+          if home then
+            redis.call('HDEL', meta, 'queue')
+          end
           if fields[2] and fields[3] and fields[4] then
             push_envelope(id, lane, meta, fields)
           else
