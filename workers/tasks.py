@@ -193,6 +193,12 @@ class CallRuntime:
             here=self.has_turn(request.agent, request.turn),
         )
         if found.rehomed:
+            _log.warning(
+                "call %s: turn %.100r of %s lost its home; it lives here now, workspace empty",
+                request.call_id,
+                request.turn,
+                request.agent,
+            )
             self.forget_turn(request.agent, request.turn)
         return found
 
