@@ -67,14 +67,16 @@ class OursClient:
     def kind_of(self, agent: str, tool: str) -> str:
         return str(self.deployment.agent(agent).tool(tool).kind)
 
-    def submit(self, agent: str, tool: str, arguments: Any) -> Any:
-        return self.client.submit(agent, tool, arguments, owner=OWNER)
+    def submit(self, agent: str, tool: str, arguments: Any, turn: str | None = None) -> Any:
+        return self.client.submit(agent, tool, arguments, owner=OWNER, turn=turn)
 
     def collect(self, handle: Any, kind: str, timeout: float) -> None:
         check_result(handle.result(timeout=timeout), kind)
 
-    def call(self, agent: str, tool: str, arguments: Any, timeout: float = 30) -> None:
-        result = self.client.call(agent, tool, arguments, owner=OWNER, timeout=timeout)
+    def call(
+        self, agent: str, tool: str, arguments: Any, timeout: float = 30, turn: str | None = None
+    ) -> None:
+        result = self.client.call(agent, tool, arguments, owner=OWNER, timeout=timeout, turn=turn)
         check_result(result, self.kind_of(agent, tool))
 
     def call_ok(self, agent: str, tool: str, arguments: Any, timeout: float) -> bool:

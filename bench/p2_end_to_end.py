@@ -8,6 +8,10 @@ task is a no-op (for the service call: the goal) or runs raw bwrap `/bin/true`
 (for the declared call); and, with no goal, a raw Celery task making the same
 HTTP POST by hand (what seed 001's rules and admission cost over the call
 itself). Each contender makes one call, waits for it, and the next goes.
+
+Turn affinity: the same declared call made with a turn (one turn for the
+whole run, so every call after the first goes to the turn's home lane),
+against ours without a turn: what following a turn's home costs (goal ≤ 1.05x).
 """
 
 from __future__ import annotations
@@ -29,11 +33,15 @@ from bench.turns import WrongResult, in_turns
 __all__ = ["GOAL", "run"]
 
 GOAL = Goal(median_max=1.25)
+#: Turn affinity (docs/turns.md) may cost at most 5%.
+GOAL_TURN = Goal(median_max=1.05)
+_TURN = "bench-p2-turn"
 _TIMEOUT = 30.0
 _NAMES = (
     "declared call: ours vs raw Celery + raw bwrap",
     "service call: ours vs raw Celery no-op",
     "service call: ours vs raw Celery + httpx POST",
+    "declared call with a turn: ours vs ours without",
 )
 
 
@@ -62,6 +70,7 @@ def run(ctx: Context) -> list[Row]:
             "raw_bwrap": lambda: raw_call(TASK_BWRAP_TRUE, RAW_QUEUE_SANDBOX, 0),
             "raw_http": lambda: raw_call(TASK_HTTP_POST, RAW_QUEUE_SERVICE, 200),
             "ours_sandbox": lambda: ours.call(agent, TOOL_TRUE, {}, _TIMEOUT),
+            "ours_sandbox_turn": lambda: ours.call(agent, TOOL_TRUE, {}, _TIMEOUT, turn=_TURN),
             "ours_service": lambda: ours.call(agent, TOOL_PING, {}, _TIMEOUT),
         },
         iterations=iterations,
@@ -110,5 +119,14 @@ def run(ctx: Context) -> list[Row]:
             goal=None,
             notes=f"{service_setup}; no goal: what seed 001's rules, the claim and the "
             "result's one-script store cost over the HTTP call itself",
+        ),
+        row(
+            _NAMES[3],
+            base_key="ours_sandbox",
+            ours_key="ours_sandbox_turn",
+            base_name="ours, no turn",
+            goal=GOAL_TURN,
+            notes=f"one worker process, pool {specs['sandbox']}; one turn for every call: "
+            "its home lane, its home's record read at submit and claim, its workspace kept",
         ),
     ]

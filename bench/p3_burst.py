@@ -5,7 +5,9 @@ Contenders, in turns (`bench.burst.run_bursts`):
 - raw Celery tasks making the same HTTP POST by hand, on the raw-service worker;
 - raw Celery tasks running raw bwrap `/bin/true` on the raw-sandbox worker;
 - ours: the solo agent's service tool (POST to bench.httpd) on the service worker;
-- ours: the solo agent's `/bin/true` declared tool on the sandbox worker.
+- ours: the solo agent's `/bin/true` declared tool on the sandbox worker;
+- ours: the same declared calls with turns (`TURNS_PER_BURST` turns, round-robin),
+  against ours without: what turn affinity costs at volume (goal ≥ 0.95x).
 Each raw worker has the pool and concurrency of the vessel worker it is compared
 with (`bench.stack.WORKER_SPECS`, one process each).
 """
@@ -29,15 +31,30 @@ from bench.ours import NotAvailable, OursClient, require_parts
 from bench.report import Goal, Row
 from bench.stack import WORKER_SPECS, cluster_of
 
-__all__ = ["GOAL_SANDBOX", "GOAL_SERVICE", "BurstPlan", "burst_plan", "ours_burst", "run"]
+__all__ = [
+    "GOAL_SANDBOX",
+    "GOAL_SERVICE",
+    "GOAL_TURNS",
+    "TURNS_PER_BURST",
+    "BurstPlan",
+    "burst_plan",
+    "ours_burst",
+    "run",
+]
 
 GOAL_SERVICE = Goal(median_min=0.7)
 GOAL_SANDBOX = Goal(median_min=0.5)
+#: Turn affinity (docs/turns.md) may cost at most 5% of the throughput.
+GOAL_TURNS = Goal(median_min=0.95)
+#: Turns a burst with turns spreads its calls over (a platform's calls come
+#: from many conversations at once).
+TURNS_PER_BURST = 50
 _NAMES = (
     "service burst: ours vs raw Celery no-op",
     "service burst: ours vs raw Celery + httpx POST",
     "sandbox burst: ours vs raw Celery no-op",
     "sandbox burst: ours vs raw Celery + raw bwrap",
+    "sandbox burst with turns: ours vs ours without",
 )
 
 
@@ -62,13 +79,19 @@ def burst_plan(ctx: Context, kind: str) -> BurstPlan:
 
 
 def ours_burst(
-    client: OursClient, agents: tuple[str, ...], tool: str, watch: dict[str, int] | None = None
+    client: OursClient,
+    agents: tuple[str, ...],
+    tool: str,
+    watch: dict[str, int] | None = None,
+    *,
+    turns: int = 0,
 ) -> Burst:
-    """Calls spread round-robin over `agents`."""
+    """Calls spread round-robin over `agents` (and over `turns` turns, if any)."""
     kind = client.kind_of(agents[0], tool)
 
     def submit(i: int) -> Any:
-        return client.submit(agents[i % len(agents)], tool, {})
+        turn = f"bench-p3-turn-{i % turns}" if turns else None
+        return client.submit(agents[i % len(agents)], tool, {}, turn=turn)
 
     return Burst(
         submit=submit,
@@ -151,6 +174,13 @@ def run(ctx: Context) -> list[Row]:
             "ours_sandbox": ours_burst(
                 ours, deployment.agents, TOOL_TRUE, bench.watch("ours-solo-sandbox")
             ),
+            "ours_sandbox_turns": ours_burst(
+                ours,
+                deployment.agents,
+                TOOL_TRUE,
+                bench.watch("ours-solo-sandbox"),
+                turns=TURNS_PER_BURST,
+            ),
         },
         calls=sandbox_plan.calls,
         rounds=sandbox_plan.rounds,
@@ -206,5 +236,16 @@ def run(ctx: Context) -> list[Row]:
             notes=f"{sandbox_setup}, pool {sandbox.pool} x{sandbox.concurrency} "
             "(baseline: the same); "
             "no goal: what the runner and admission cost at volume",
+        ),
+        _row(
+            _NAMES[4],
+            base=sandbox_series["ours_sandbox"],
+            ours=sandbox_series["ours_sandbox_turns"],
+            base_name="ours, no turn",
+            goal=GOAL_TURNS,
+            base_label="ours_sandbox",
+            ours_label="ours_sandbox_turns",
+            notes=f"{sandbox_setup}, pool {sandbox.pool} x{sandbox.concurrency}; calls spread "
+            f"over {TURNS_PER_BURST} turns, each pinned to its home lane",
         ),
     ]

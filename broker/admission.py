@@ -42,6 +42,44 @@ only when it has room:
   workers consume. When the last of them stops, the agent moves back to the
   shared lane.
 
+Turns and homes
+---------------
+A turn's workspace is a folder on one host (`workers.sandbox.workspace`), so
+every call of a turn must run where its folder is. A **host** is one workspace
+root, named by `VESSEL_HOST_ID` (default: the machine's hostname): the worker
+processes of one machine sharing a root serve each other's turns. Each sandbox
+worker consumes its lane and that lane's **home lane** `<lane>@<host>`, which
+only the workers of its host consume; a home lane's window is its host's live
+capacity, from the same heartbeats.
+
+* A turn's first call goes to the agent's lane like any call. The worker that
+  claims it makes its host the turn's **home** (`vessel:home:<agent>:<turn>`,
+  set in the claim script, atomically; it expires with the workspace's idle
+  TTL and is renewed at every claim).
+* `submit` of a call whose turn has a live home puts it in the agent's queue
+  for that home lane, `vessel:<kind>:pending:<agent>:<home lane>`. Each home
+  lane has a ring of its own, so the same round robin, `max_concurrent_calls`
+  (the agent's slots are one set across all its lanes) and leases hold; an
+  agent at its limit parks each of its queues (`vessel:<kind>:parked:<agent>`)
+  until a slot comes free.
+* A call of the turn that reached another host meanwhile (two calls of a new
+  turn dispatched at once) is never run there: its claim finds the home alive
+  elsewhere, puts the call back at the head of the agent's queue for the home
+  lane and returns `moved`.
+* When the home host's heartbeat expires (SIGKILL, a lost machine, a warm
+  shutdown of its last worker), the recovery sweep moves the calls queued for
+  its home lane, and those dispatched there that no worker claimed, back to
+  their agents' own queues; the next claim of the turn finds its home dead and
+  takes the turn with an empty folder: `lost` 2, and the result says
+  `workspace_lost`. The same when Redis no longer has the home while the
+  client saw one (`seen`: Redis lost its data), unless the folder is on the
+  claiming host (then it was the home and nothing was lost).
+* Workspace operations (`client.files`, `workers.workspace_ops`) are routed by
+  `route_turn` to the home lane (or the agent's lane for a turn with no live
+  home) and checked by `take_home` where they arrive, like a claim; they take no
+  slot. An operation that found the workspace lost leaves the note owed to the
+  next call (the `lost` field of the home), so the model is still told.
+
 Leases and crashes
 ------------------
 A call's lease is its tool's time limit plus `VESSEL_LEASE_GRACE_SECONDS`
@@ -111,7 +149,9 @@ from broker.queues import (
     END_TURN_PREFIX,
     KINDS,
     Kind,
+    base_lane,
     cancel_key,
+    home_key,
     turn_key,
 )
 
@@ -124,6 +164,7 @@ __all__ = [
     "MAX_DISPATCH",
     "Admission",
     "CancelOutcome",
+    "Claim",
     "ClaimOutcome",
     "Dispatched",
     "RedisAdmission",
@@ -136,13 +177,14 @@ _log = logging.getLogger(__name__)
 #: Calls one script may dispatch at once; keeps each script call short.
 MAX_DISPATCH = 500
 
-ClaimOutcome = Literal["run", "done", "busy", "cancelled"]
+ClaimOutcome = Literal["run", "done", "busy", "cancelled", "moved"]
 CancelOutcome = Literal["queued", "signalled", "finished", "unknown"]
 
 
 def lane_kind(lane: str) -> Kind:
-    """The worker kind of a lane name (`vessel.<kind>[.<agent>]`)."""
-    kind = lane.split(".")[1]
+    """The worker kind of a lane name (`vessel.<kind>[.<agent>][@<host>]`)."""
+    parts = base_lane(lane).split(".")
+    kind = parts[1] if len(parts) > 1 else ""
     for known in KINDS:
         if kind == known:
             return known
@@ -161,6 +203,20 @@ class Dispatched:
     @property
     def kind(self) -> Kind:
         return lane_kind(self.lane)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What `claim_at_home` decided for one delivery of a call."""
+
+    outcome: ClaimOutcome
+    #: The turn's workspace is lost: the result must say so (and a worker
+    #: taking the turn over empties any folder it had of it first: `rehomed`).
+    workspace_lost: bool = False
+    #: The home died (or Redis lost it) and this host took the turn now.
+    rehomed: bool = False
+    #: What the claim dispatched (a `moved` call went to its home lane).
+    dispatched: tuple[Dispatched, ...] = ()
 
 
 class Subscription(Protocol):
@@ -182,15 +238,52 @@ class Admission(Protocol):
         turn: str | None,
         ttl_seconds: int,
         envelope: Envelope | None = None,
+        affinity: bool = False,
+        seen: bool = False,
     ) -> list[Dispatched]:
         """Queue one call and dispatch; returns what the caller must publish.
 
         With an `envelope` (`broker.envelope`) the Redis implementation pushes
         the call into its lane itself when it is dispatched, and it is not returned.
+        `affinity`: the call follows its turn's home (declared tools with a
+        turn); `seen`: the client saw the turn homed before (a result came back).
         """
         ...
 
     def claim(self, call_id: str, hostname: str, lease_ms: int) -> ClaimOutcome: ...
+
+    def claim_at_home(
+        self,
+        call_id: str,
+        hostname: str,
+        lease_ms: int,
+        *,
+        host_id: str,
+        home_ttl_seconds: int,
+        here: bool,
+    ) -> Claim:
+        """`claim` for a worker of host `host_id`: a call following its turn runs
+        only at the turn's home (see "Turns and homes"). `here`: the turn's
+        folder exists on this host."""
+        ...
+
+    def route_turn(self, kind: Kind, agent: str, turn: str) -> str:
+        """The lane a workspace operation of the turn goes to."""
+        ...
+
+    def take_home(
+        self,
+        agent: str,
+        turn: str,
+        mine: str,
+        *,
+        home_ttl_seconds: int,
+        here: bool,
+        seen: bool,
+    ) -> tuple[str, int]:
+        """For a workspace operation arriving on home lane `mine`: (the turn's
+        home lane, lost: 0 no, 1 lost earlier, 2 lost now, empty the folder)."""
+        ...
 
     def finish(self, call_id: str, hostname: str, ttl_seconds: int) -> bool: ...
 
@@ -204,8 +297,9 @@ class Admission(Protocol):
 
     def turn_calls(self, turn: str) -> list[str]: ...
 
-    def end_turn(self, turn: str) -> None:
-        """Forget the turn's calls and tell every worker (`END_TURN_PREFIX`)."""
+    def end_turn(self, turn: str, agents: Iterable[str] = ()) -> None:
+        """Forget the turn's calls and its homes (of `agents`), and tell every
+        worker (`END_TURN_PREFIX`)."""
         ...
 
     def heartbeat(
@@ -285,6 +379,8 @@ class RedisAdmission:
                 "cancel",
                 "heartbeat",
                 "recover",
+                "route",
+                "home",
             )
         }
 
@@ -318,6 +414,8 @@ class RedisAdmission:
         turn: str | None,
         ttl_seconds: int,
         envelope: Envelope | None = None,
+        affinity: bool = False,
+        seen: bool = False,
     ) -> list[Dispatched]:
         rows = self._run(
             "submit",
@@ -331,12 +429,59 @@ class RedisAdmission:
             turn or "",
             MAX_DISPATCH,
             *((envelope.payload, envelope.route, envelope.tag) if envelope else ("", "", "")),
+            "1" if affinity and turn else "",
+            "1" if seen else "",
         )
         return _dispatched(rows)
 
     def claim(self, call_id: str, hostname: str, lease_ms: int) -> ClaimOutcome:
-        outcome: ClaimOutcome = self._run("claim", call_id, hostname, lease_ms)
+        outcome: ClaimOutcome = self._run("claim", call_id, hostname, lease_ms)[0]
         return outcome
+
+    def claim_at_home(
+        self,
+        call_id: str,
+        hostname: str,
+        lease_ms: int,
+        *,
+        host_id: str,
+        home_ttl_seconds: int,
+        here: bool,
+    ) -> Claim:
+        outcome, lost, rows = self._run(
+            "claim",
+            call_id,
+            hostname,
+            lease_ms,
+            host_id,
+            home_ttl_seconds,
+            "1" if here else "",
+            MAX_DISPATCH,
+        )
+        return Claim(
+            outcome=outcome,
+            workspace_lost=int(lost) > 0,
+            rehomed=int(lost) == 2,
+            dispatched=tuple(_dispatched(rows)),
+        )
+
+    def route_turn(self, kind: Kind, agent: str, turn: str) -> str:
+        return str(self._run("route", kind, agent, turn))
+
+    def take_home(
+        self,
+        agent: str,
+        turn: str,
+        mine: str,
+        *,
+        home_ttl_seconds: int,
+        here: bool,
+        seen: bool,
+    ) -> tuple[str, int]:
+        home, lost = self._run(
+            "home", agent, turn, mine, home_ttl_seconds, "1" if here else "", "1" if seen else ""
+        )
+        return str(home), int(lost)
 
     def finish(self, call_id: str, hostname: str, ttl_seconds: int) -> bool:
         return bool(self._run("finish", call_id, hostname, ttl_seconds))
@@ -387,8 +532,8 @@ class RedisAdmission:
     def turn_calls(self, turn: str) -> list[str]:
         return sorted(str(m) for m in self._redis.smembers(turn_key(turn)))
 
-    def end_turn(self, turn: str) -> None:
-        self._redis.delete(turn_key(turn))
+    def end_turn(self, turn: str, agents: Iterable[str] = ()) -> None:
+        self._redis.delete(turn_key(turn), *(home_key(agent, turn) for agent in agents))
         self._redis.publish(CANCEL_CHANNEL, f"{END_TURN_PREFIX}{turn}")
 
     def heartbeat(

@@ -20,9 +20,9 @@ if redis.call('SET', P .. 'done:' .. id, host, 'NX', 'EX', done_ttl) then
   redis.call('PUBLISH', result_key, result_value)
   stored = 1
 end
-local kind, agent, lane = release(id)
+local kind, agent, lane, touched = release(id)
 local out = {}
 if kind then
-  dispatch_for(kind, agent, lane, out, tonumber(ARGV[7]))
+  dispatch_for(kind, agent, lane, out, tonumber(ARGV[7]), touched)
 end
 return {stored, out}

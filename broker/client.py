@@ -12,6 +12,9 @@
     result = client.call("records", "lookup", {"id": "A-1042"}, owner="web/alice")
     client.cancel(handle.call_id)             # True if it was still queued or running
     client.cancel_turn("turn-42")             # how many of the turn's calls were cancelled
+    files = client.files("field-guide", "turn-42")   # the turn's workspace (broker.files)
+    files.put("uploads/a.md", b"...")
+    client.end_turn("turn-42")                # its workspace removed on its home host
     client.close()
 
 `submit` refuses, by raising, only what the platform got wrong: an agent or tool
@@ -34,23 +37,28 @@ import logging
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery, states
 
 from broker.admission import Admission, Dispatched, RedisAdmission
 from broker.celery_app import make_app
 from broker.config import Settings
-from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
+from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS, WORKSPACE_IDLE_TTL_SECONDS
 from broker.envelope import EnvelopeFactory, send_call
 from broker.errors import CallTimeout
 from broker.model import Deployment
 from broker.owner import check_owner
+from broker.queues import WORKSPACE_KINDS
 from broker.request import CallRequest, new_call_id
 from broker.transport import transport_for
 from workers.result import ToolResult
+
+if TYPE_CHECKING:
+    from broker.files import TurnFiles
 
 __all__ = [
     "CANCELLED_TEXT",
@@ -78,6 +86,10 @@ _WAIT_CHUNK_SECONDS = 1.0
 
 #: Subscription connections kept between waits, at most.
 _IDLE_PUBSUBS = 64
+#: Turns (agent, turn) this client remembers having seen homed, at most: the
+#: evidence that lets a worker tell a turn's first call from one whose home
+#: Redis lost (broker/admission.py, "Turns and homes").
+_SEEN_TURNS = 100_000
 
 
 class _ChannelLost(Exception):
@@ -258,6 +270,11 @@ class VesselClient:
         self._pubsub_lock = threading.Lock()
         self._idle_pubsubs: list[Any] = []
         self._closed = False
+        self._turns_lock = threading.Lock()
+        #: (agent, turn) -> when a result or operation of it last came back.
+        self._seen_turns: OrderedDict[tuple[str, str], float] = OrderedDict()
+        #: call id -> (agent, turn), for calls that follow their turn's home.
+        self._turn_calls: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
     @property
     def _ttl(self) -> int:
@@ -291,6 +308,7 @@ class VesselClient:
             if self._envelopes is not None
             else None
         )
+        affinity = turn is not None and found.kind in WORKSPACE_KINDS
         dispatched = self.admission.submit(
             call_id=request.call_id,
             kind=found.kind,
@@ -301,7 +319,11 @@ class VesselClient:
             turn=turn,
             ttl_seconds=self._ttl,
             envelope=envelope,
+            affinity=affinity,
+            seen=affinity and turn is not None and self.turn_seen(agent, turn),
         )
+        if affinity and turn is not None:
+            self._note_turn_call(request.call_id, agent, turn)
         publish(self.app, dispatched)
         return CallHandle(request.call_id, self)
 
@@ -317,18 +339,54 @@ class VesselClient:
         if _notifies(self.app.backend):
             found = self._wait_published(call_id, deadline)
             if found is not None:
-                return found
+                return self._seen_result(found)
             raise CallTimeout(f"no result for call {call_id} within {timeout} s")
         pause = 0.001
         while True:
             found = self._stored(call_id)
             if found is not None:
-                return found
+                return self._seen_result(found)
             if deadline is not None and time.monotonic() >= deadline:
                 raise CallTimeout(f"no result for call {call_id} within {timeout} s")
             wait = pause if deadline is None else min(pause, max(deadline - time.monotonic(), 0))
             time.sleep(wait)
             pause = min(pause * 2, _POLL_CAP_SECONDS)
+
+    # --- turns seen homed (broker/admission.py, "Turns and homes") -------------
+
+    def _note_turn_call(self, call_id: str, agent: str, turn: str) -> None:
+        with self._turns_lock:
+            self._turn_calls[call_id] = (agent, turn)
+            while len(self._turn_calls) > _SEEN_TURNS:
+                self._turn_calls.popitem(last=False)
+
+    def _seen_result(self, result: ToolResult) -> ToolResult:
+        """A result of a call that ran (not one cancelled in its queue) shows its turn homed."""
+        with self._turns_lock:
+            key = self._turn_calls.pop(result.call_id, None)
+        if key is not None and result.outcome != "cancelled":
+            self.saw_turn(*key)
+        return result
+
+    def saw_turn(self, agent: str, turn: str) -> None:
+        """Remember that the turn had a home (a result or operation came back)."""
+        with self._turns_lock:
+            self._seen_turns[(agent, turn)] = time.monotonic()
+            self._seen_turns.move_to_end((agent, turn))
+            while len(self._seen_turns) > _SEEN_TURNS:
+                self._seen_turns.popitem(last=False)
+
+    def turn_seen(self, agent: str, turn: str) -> bool:
+        """True if this client saw the turn homed within the workspace idle TTL."""
+        with self._turns_lock:
+            when = self._seen_turns.get((agent, turn))
+        return when is not None and time.monotonic() - when < WORKSPACE_IDLE_TTL_SECONDS
+
+    def files(self, agent: str, turn: str, *, timeout: float | None = None) -> TurnFiles:
+        """The turn's workspace: put, get, list, delete on its home host (`broker.files`)."""
+        from broker.files import DEFAULT_OP_TIMEOUT_SECONDS, TurnFiles  # noqa: PLC0415
+
+        return TurnFiles(self, agent, turn, timeout=timeout or DEFAULT_OP_TIMEOUT_SECONDS)
 
     def _stored(self, call_id: str) -> ToolResult | None:
         return _from_meta(self.app.backend.get_task_meta(call_id))
@@ -474,12 +532,17 @@ class VesselClient:
         return sum(self.cancel(call_id) for call_id in self.admission.turn_calls(turn))
 
     def end_turn(self, turn: str) -> None:
-        """The turn is over: its workspaces are removed on every sandbox host.
+        """The turn is over: its workspaces are removed on every sandbox host
+        (its home and any other where one lingers) and its homes forgotten.
 
         Its calls' results stay until they expire. Without this, a workspace
         is removed after the workspace TTL.
         """
-        self.admission.end_turn(turn)
+        agents = list(self.deployment.agents)
+        self.admission.end_turn(turn, agents)
+        with self._turns_lock:
+            for agent in agents:
+                self._seen_turns.pop((agent, turn), None)
 
     def close(self) -> None:
         """Close the connections this client opened."""

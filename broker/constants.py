@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_WORKSPACE_LIMIT_MB",
     "ENV_BROKER_URL",
     "ENV_DEPLOYMENT",
+    "ENV_HOST_ID",
     "ENV_RESULT_BACKEND",
     "ENV_WORKSPACE_ROOT",
     "INPUT_MODES",
@@ -39,6 +40,7 @@ __all__ = [
     "SYSTEM_FOLDERS",
     "TOOL_NAME_PATTERN",
     "VESSEL_HEADER_PREFIX",
+    "WORKSPACE_IDLE_TTL_SECONDS",
 ]
 
 # --- names (seeds 000 and 001, DESIGN.md) -----------------------------------
@@ -136,6 +138,12 @@ ENV_RESULT_BACKEND = "VESSEL_RESULT_BACKEND"
 #: Host folder under which per-turn workspaces are created.
 ENV_WORKSPACE_ROOT = "VESSEL_WORKSPACE_ROOT"
 DEFAULT_DEPLOYMENT_FILE = "deployment.toml"
+#: The host a sandbox worker belongs to: one workspace root (default: the
+#: machine's hostname, tagged with the root when it is not the default one;
+#: `workers.worker.host_id_from_environ`). Workers sharing a root share the id.
+ENV_HOST_ID = "VESSEL_HOST_ID"
+#: A turn's workspace (and its home in Redis) is removed after this long unused.
+WORKSPACE_IDLE_TTL_SECONDS = 3600
 
 #: Every Redis key this project writes starts with this, so an operator can
 #: find (and a test can flush) them with one pattern.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,7 +21,7 @@ from celery import Celery
 from celery.contrib.testing.worker import TestWorkController
 from celery.worker import state
 
-from broker.admission import CancelOutcome, ClaimOutcome, Dispatched, Subscription
+from broker.admission import CancelOutcome, Claim, ClaimOutcome, Dispatched, Subscription
 from broker.queues import END_TURN_PREFIX, Kind, dedicated_lane, shared_lane
 
 if TYPE_CHECKING:
@@ -55,6 +55,8 @@ class LocalAdmission:
     Round-robin rings per lane, per-agent limits, lane windows, claims and the
     done guard behave as the Redis scripts do. Leases are not kept: a crash
     here takes the caller down with the worker, so there is nothing to recover.
+    Turn affinity: there is one host, so it is every turn's home; a claim never
+    moves a call and no workspace is ever lost (`claim_at_home`, `take_home`).
     """
 
     def __init__(self) -> None:
@@ -130,9 +132,12 @@ class LocalAdmission:
         turn: str | None,
         ttl_seconds: int,
         envelope: Envelope | None = None,
+        affinity: bool = False,
+        seen: bool = False,
     ) -> list[Dispatched]:
-        # Nothing expires in one process; every call is published by its caller.
-        del lease_ms, ttl_seconds, envelope
+        # Nothing expires in one process; every call is published by its caller;
+        # one host is every turn's home, so affinity changes nothing.
+        del lease_ms, ttl_seconds, envelope, affinity, seen
         out: list[Dispatched] = []
         with self._lock:
             if call_id in self._calls or call_id in self._done:
@@ -156,6 +161,37 @@ class LocalAdmission:
                 return "busy"
             self._claims[call_id] = hostname
             return "cancelled" if call_id in self._cancelled else "run"
+
+    def claim_at_home(
+        self,
+        call_id: str,
+        hostname: str,
+        lease_ms: int,
+        *,
+        host_id: str,
+        home_ttl_seconds: int,
+        here: bool,
+    ) -> Claim:
+        del host_id, home_ttl_seconds, here  # the one host is home
+        return Claim(outcome=self.claim(call_id, hostname, lease_ms))
+
+    def route_turn(self, kind: Kind, agent: str, turn: str) -> str:
+        del turn
+        with self._lock:
+            return self._lane_for(kind, agent)
+
+    def take_home(
+        self,
+        agent: str,
+        turn: str,
+        mine: str,
+        *,
+        home_ttl_seconds: int,
+        here: bool,
+        seen: bool,
+    ) -> tuple[str, int]:
+        del agent, turn, home_ttl_seconds, here, seen
+        return mine, 0
 
     def finish(self, call_id: str, hostname: str, ttl_seconds: int) -> bool:
         del hostname, ttl_seconds
@@ -211,7 +247,8 @@ class LocalAdmission:
         with self._lock:
             return sorted(self._turns.get(turn, ()))
 
-    def end_turn(self, turn: str) -> None:
+    def end_turn(self, turn: str, agents: Iterable[str] = ()) -> None:
+        del agents  # no home records: the one host is home
         with self._lock:
             self._turns.pop(turn, None)
             listeners = list(self._listeners.items)

@@ -7,6 +7,7 @@
     ├── RefusedCall                  a call refused before anything ran (bad arguments)
     ├── ConfinementUnavailable       no confinement here: sandbox workers refuse to start
     ├── MissingSecret                a grant's env:NAME is not set where service workers start
+    ├── WorkspaceError               a workspace operation refused (no such file, too large, ...)
     └── TransientError               try again: broker, Redis or network trouble
         └── CallTimeout              no result arrived within the client's wait
 
@@ -31,6 +32,7 @@ __all__ = [
     "UnknownAgent",
     "UnknownTool",
     "VesselError",
+    "WorkspaceError",
 ]
 
 
@@ -92,3 +94,7 @@ class TransientError(VesselError):
 
 class CallTimeout(TransientError):
     """The client waited for a result longer than it was asked to."""
+
+
+class WorkspaceError(VesselError):
+    """A workspace operation (`client.files`) the home host refused; the message says why."""

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from broker.constants import DEFAULT_DEPLOYMENT_FILE, ENV_DEPLOYMENT
-from workers.commands import call, check, tools, worker
+from workers.commands import call, check, files, tools, worker
 
 __all__ = ["build_parser", "default_deployment", "main"]
 
-_VERBS = (check, tools, call, worker)
+_VERBS = (check, tools, call, files, worker)
 
 
 def default_deployment() -> Path:

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-__all__ = ["cut_output", "dropped_note"]
+__all__ = ["WORKSPACE_LOST_TEXT", "cut_output", "dropped_note", "with_workspace_lost"]
+
+#: Put before the output of a call whose turn's workspace was lost (its home
+#: host died, or Redis lost the turn's home): never a silent empty workspace.
+WORKSPACE_LOST_TEXT = (
+    "[this turn's workspace was lost with its host; this call started with an empty one]"
+)
+
+
+def with_workspace_lost(output: str) -> str:
+    """`output` with the lost-workspace note before it (not counted against the cut)."""
+    return f"{WORKSPACE_LOST_TEXT}\n{output}"
 
 
 def dropped_note(dropped: int) -> str:

@@ -51,6 +51,9 @@ class ToolResult:
     outcome: str = "ok"
     #: Outbox entries that were not returned (links, special files, over the cap).
     skipped_files: tuple[str, ...] = field(default=())
+    #: The turn's workspace was lost with its host (or Redis lost its home):
+    #: this call started with an empty one, and `output` begins with a note saying so.
+    workspace_lost: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         # By hand, not `asdict`: every field is a plain value but the two
@@ -68,6 +71,7 @@ class ToolResult:
             "files": [f.to_dict() for f in self.files],
             "outcome": self.outcome,
             "skipped_files": list(self.skipped_files),
+            "workspace_lost": self.workspace_lost,
         }
 
     @classmethod
@@ -91,4 +95,5 @@ class ToolResult:
             files=files,
             outcome=data.get("outcome", "ok"),
             skipped_files=tuple(data.get("skipped_files", ())),
+            workspace_lost=bool(data.get("workspace_lost", False)),
         )

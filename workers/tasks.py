@@ -5,6 +5,10 @@
 1. claim the call (admission): if a result exists or a live worker holds it,
    return at once (the message is acked; a duplicate never runs the tool);
    if it was cancelled before it started, its result is `[cancelled]`;
+   a call that follows its turn (`claim_at_home`, sandbox workers) runs only at
+   the turn's home host: elsewhere it is `moved` to the home lane; a host that
+   takes a turn whose home died empties its folder of the turn first, and the
+   result says `workspace_lost` with a note before the output;
 2. run it with `Executor.run`, with a cancel event the worker's cancel listener
    sets (the runner kills the process tree) and a watchdog that sets it too if
    the call outlives its lease: Celery's own time limits do not work on the
@@ -20,27 +24,33 @@ once: Celery's automatic store would let a later delivery overwrite it.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import heapq
 import itertools
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
-from broker.admission import Admission
+from broker.admission import Admission, Claim
 from broker.client import cancelled_result, finish_call, publish, results_in_admission
 from broker.config import Settings
 from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
 from broker.errors import VesselError
 from broker.model import Deployment
-from broker.queues import TASK_NAMES, Kind
+from broker.queues import TASK_NAMES, WORKSPACE_KINDS, Kind
 from broker.request import CallRequest
 from workers import metrics
 from workers.execute import Executor
+from workers.output import with_workspace_lost
 from workers.result import ToolResult
+
+if TYPE_CHECKING:
+    from workers.sandbox.workspace import WorkspaceStore
 
 __all__ = ["CallRuntime", "register_tasks", "run_call"]
 
@@ -128,6 +138,10 @@ class CallRuntime:
     kind: Kind
     hostname: str
     settings: Settings
+    #: The host (`VESSEL_HOST_ID`) and its workspaces, for turn affinity
+    #: (sandbox workers); None: calls run wherever they arrive.
+    host_id: str | None = None
+    workspaces: WorkspaceStore | None = None
     #: Call id -> its deliveries running here (nearly always one).
     _running: dict[str, list[_Running]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -137,6 +151,56 @@ class CallRuntime:
     def __post_init__(self) -> None:
         self.result_ttl = int(self.settings.result_expires_seconds)
         self.results_in_admission = results_in_admission(self.app, self.admission)
+
+    def follows_turn(self, request: CallRequest) -> bool:
+        """True if this call must run at its turn's home (see `claim`)."""
+        return (
+            request.turn is not None
+            and self.host_id is not None
+            and self.workspaces is not None
+            and self.kind in WORKSPACE_KINDS
+        )
+
+    def has_turn(self, agent: str, turn: str) -> bool:
+        """True if the turn's folder is on this host."""
+        if self.workspaces is None:
+            return False
+        try:
+            return self.workspaces.has_turn(agent, turn)
+        except (OSError, ValueError):
+            return False
+
+    def forget_turn(self, agent: str, turn: str) -> None:
+        """Empty this host's folder of a turn it takes over (an older stay's leftovers)."""
+        if self.workspaces is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self.workspaces.end_turn(agent, turn)
+
+    def claim(self, request: CallRequest, lease: float) -> Claim:
+        """Admission's claim; with turn affinity, at the turn's home only."""
+        lease_ms = int(lease * 1000)
+        if not self.follows_turn(request):
+            return Claim(outcome=self.admission.claim(request.call_id, self.hostname, lease_ms))
+        assert request.turn is not None and self.host_id is not None
+        assert self.workspaces is not None
+        found = self.admission.claim_at_home(
+            request.call_id,
+            self.hostname,
+            lease_ms,
+            host_id=self.host_id,
+            home_ttl_seconds=int(self.workspaces.ttl_seconds),
+            here=self.has_turn(request.agent, request.turn),
+        )
+        if found.rehomed:
+            _log.warning(
+                "call %s: turn %.100r of %s lost its home; it lives here now, workspace empty",
+                request.call_id,
+                request.turn,
+                request.agent,
+            )
+            self.forget_turn(request.agent, request.turn)
+        return found
 
     def lease_seconds(self, request: CallRequest) -> float:
         """The tool's time limit plus grace (the default limit for an unknown tool)."""
@@ -220,16 +284,25 @@ def run_call(runtime: CallRuntime, message: dict[str, Any]) -> str:
     # call registered here when its message reaches the cancel listener.
     running = runtime._start(request.call_id)
     try:
-        claim = runtime.admission.claim(request.call_id, runtime.hostname, int(lease * 1000))
-        if claim in ("done", "busy"):
-            _log.info("call %s: %s elsewhere, not run again", request.call_id, claim)
-            return claim
-        if claim == "cancelled":
+        claim = runtime.claim(request, lease)
+        if claim.outcome in ("done", "busy"):
+            _log.info("call %s: %s elsewhere, not run again", request.call_id, claim.outcome)
+            return claim.outcome
+        if claim.outcome == "moved":
+            # Its turn lives on another host: admission put it in that host's lane.
+            _log.info("call %s: its turn's home is another host, moved there", request.call_id)
+            publish(runtime.app, claim.dispatched)
+            return "moved"
+        if claim.outcome == "cancelled":
             result = cancelled_result(request)
         else:
             # No STARTED write to the backend: Flower sees task-started events,
             # and the write would cost every call a round trip for no reader.
             result = _execute(runtime, request, running, lease)
+        if claim.workspace_lost:
+            result = dataclasses.replace(
+                result, workspace_lost=True, output=with_workspace_lost(result.output)
+            )
     finally:
         runtime._end(request.call_id, running)
     stored, dispatched = finish_call(

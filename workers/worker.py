@@ -10,6 +10,14 @@ friends, exit 2 in the command) when one fails:
    queued calls and results silently); if the provider disables CONFIG, a
    warning is logged and the worker starts.
 
+A sandbox worker belongs to a host, `VESSEL_HOST_ID` (default: the machine's
+hostname), which names its workspace root: it consumes its lane (shared or
+dedicated) and that lane's home lane `<lane>@<host>`, where the calls of turns
+homed on its host come (`broker.admission`, "Turns and homes"), and it runs the
+workspace operations of `client.files` (`workers.workspace_ops`). On SIGTERM its
+running calls finish first; when a host's last worker has left, its turns are
+homed again at their next call, with the lost-workspace note.
+
 Then it starts, beside the Celery worker: the heartbeat that registers this
 worker's capacity on its lanes (admission sizes each lane's window from it), the
 recovery sweep (calls of dead workers), the workspace sweep (sandbox), the
@@ -23,14 +31,17 @@ lanes.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import os
+import re
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
@@ -40,15 +51,25 @@ from broker.admission import Admission, RedisAdmission, Subscription
 from broker.celery_app import make_app
 from broker.client import VesselClient, longest_tool_seconds, publish
 from broker.config import Settings, hide_password
+from broker.constants import ENV_HOST_ID
 from broker.embedded import LocalAdmission, embedded_worker
 from broker.errors import ConfigError
 from broker.model import Deployment
-from broker.queues import END_TURN_PREFIX, Kind, dedicated_lane, shared_lane
+from broker.queues import (
+    END_TURN_PREFIX,
+    WORKSPACE_KINDS,
+    Kind,
+    check_host_id,
+    dedicated_lane,
+    home_lane,
+    shared_lane,
+)
 from broker.request import CallRequest
 from workers.execute import Executor
 from workers.metrics import start_metrics_server
 from workers.result import ToolResult
 from workers.tasks import CallRuntime, register_tasks
+from workers.workspace_ops import register_workspace_ops
 
 if TYPE_CHECKING:
     import redis
@@ -62,6 +83,7 @@ __all__ = [
     "build_runtime",
     "check_eviction_policy",
     "embedded_client",
+    "host_id_from_environ",
     "lanes_for",
     "run_worker",
 ]
@@ -75,11 +97,42 @@ DEFAULT_CONCURRENCY: dict[Kind, int] = {"sandbox": os.cpu_count() or 2, "service
 _WORKSPACE_SWEEP_SECONDS = 60.0
 
 
-def lanes_for(kind: Kind, agents: Sequence[str] | None) -> list[str]:
-    """The shared lane, or the dedicated lanes of `agents`."""
-    if not agents:
-        return [shared_lane(kind)]
-    return [dedicated_lane(kind, agent) for agent in agents]
+def lanes_for(kind: Kind, agents: Sequence[str] | None, host_id: str | None = None) -> list[str]:
+    """The shared lane, or the dedicated lanes of `agents`; with `host_id`, each
+    followed by its home lane on that host."""
+    lanes = [dedicated_lane(kind, agent) for agent in agents] if agents else [shared_lane(kind)]
+    if host_id is None:
+        return lanes
+    return [lane for base in lanes for lane in (base, home_lane(base, host_id))]
+
+
+def host_id_from_environ(
+    environ: Mapping[str, str] | None = None, workspace_root: Path | None = None
+) -> str:
+    """The host of a sandbox worker: `VESSEL_HOST_ID` (ConfigError if not a valid id).
+
+    Unset: the machine's hostname; followed by `-` and a tag of the workspace
+    root (8 hex of its path's sha256) when the root is not the default one, so
+    that two roots on one machine are two hosts even when nobody set the id,
+    and the processes sharing a root still share it.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(ENV_HOST_ID, "").strip()
+    if value:
+        try:
+            return check_host_id(value)
+        except ValueError as exc:
+            raise ConfigError(f"{ENV_HOST_ID}: {exc}.") from None
+    from workers.sandbox.workspace import (  # noqa: PLC0415
+        DEFAULT_WORKSPACE_ROOT,
+        default_workspace_root,
+    )
+
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).lstrip("._-")[:80] or "host"
+    root = os.path.realpath(workspace_root or default_workspace_root())
+    if root != os.path.realpath(DEFAULT_WORKSPACE_ROOT):
+        name = f"{name}-{hashlib.sha256(root.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+    return check_host_id(name)
 
 
 def build_executor(
@@ -252,8 +305,14 @@ def build_runtime(
     admission: Admission,
     executor: Executor,
     hostname: str,
+    host_id: str | None = None,
+    workspaces: WorkspaceStore | None = None,
 ) -> CallRuntime:
-    """The Celery app of `deployment` with its task of `kind` registered on `runtime.app`."""
+    """The Celery app of `deployment` with its task of `kind` registered on `runtime.app`.
+
+    With `workspaces` (sandbox), the workspace operations' task too; with
+    `host_id`, calls of a turn run at the turn's home only.
+    """
     app: Celery = make_app(settings, longest_tool_seconds=longest_tool_seconds(deployment))
     runtime = CallRuntime(
         app=app,
@@ -263,8 +322,12 @@ def build_runtime(
         kind=kind,
         hostname=hostname,
         settings=settings,
+        host_id=host_id,
+        workspaces=workspaces,
     )
     register_tasks(app, runtime)
+    if workspaces is not None:
+        register_workspace_ops(app, runtime)
     return runtime
 
 
@@ -283,6 +346,7 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
         )
     for agent in options.agents:
         deployment.agent(agent)
+    host_id = host_id_from_environ() if options.kind in WORKSPACE_KINDS else None
     executor, workspaces = build_executor(deployment, options.kind, options.agents)
     admission = RedisAdmission.from_url(settings.broker_url)
     check_eviction_policy(admission.redis, f"broker Redis {hide_password(settings.broker_url)}")
@@ -300,9 +364,11 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
         admission=admission,
         executor=executor,
         hostname=hostname,
+        host_id=host_id,
+        workspaces=workspaces,
     )
     app = runtime.app
-    lanes = {lane: concurrency for lane in lanes_for(options.kind, options.agents)}
+    lanes = {lane: concurrency for lane in lanes_for(options.kind, options.agents, host_id)}
     housekeeper = _Housekeeper(runtime, lanes, workspaces)
     subscription: Subscription = admission.listen_cancels(
         functools.partial(_on_message, runtime, workspaces)
@@ -351,8 +417,15 @@ def embedded_client(
     executor, _workspaces = build_executor(deployment, kind, agents)
     admission: Admission = LocalAdmission()
     hostname = f"embedded-{os.getpid()}@{socket.gethostname()}"
+    # One host: every turn's home, so no home lane (LocalAdmission never moves a call).
     runtime = build_runtime(
-        deployment, settings, kind, admission=admission, executor=executor, hostname=hostname
+        deployment,
+        settings,
+        kind,
+        admission=admission,
+        executor=executor,
+        hostname=hostname,
+        workspaces=_workspaces,
     )
     app = runtime.app
     lane = shared_lane(kind)

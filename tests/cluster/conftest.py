@@ -191,6 +191,34 @@ print("counted", args["n"])
 """
 
 
+# Works in the turn's workspace: writes the files it is given, reads the ones it
+# is asked for (null when missing), appends "start/end <time>" lines to a log.
+WS_PY = """\
+import json, os, sys, time
+args = json.load(sys.stdin)
+home = os.environ["HOME"]
+log = args.get("log")
+def mark(what):
+    if log:
+        with open(os.path.join(home, log), "a") as f:
+            f.write(f"{what} {time.time()}\\n")
+mark("start")
+for name, text in args.get("write", {}).items():
+    with open(os.path.join(home, name), "w") as f:
+        f.write(text)
+seen = {}
+for name in args.get("read", []):
+    try:
+        with open(os.path.join(home, name)) as f:
+            seen[name] = f.read()
+    except FileNotFoundError:
+        seen[name] = None
+time.sleep(float(args.get("sleep", 0)))
+mark("end")
+print(json.dumps({"read": seen, "files": sorted(os.listdir(home))}))
+"""
+
+
 def _declared(name: str, script: str, timeout: float) -> str:
     return (
         f'name = "{name}"\ndescription = "{name} (test tool)"\n'
@@ -213,12 +241,14 @@ def write_deployment(
     (box / "tools").mkdir(parents=True)
     (box / "vessel.toml").write_text(
         f"tool_timeout_seconds = {timeout}\n"
-        '[tools]\ndeclared = ["tools/echo.toml", "tools/spin.toml", "tools/count.toml"]\n'
+        '[tools]\ndeclared = ["tools/echo.toml", "tools/spin.toml", "tools/count.toml", '
+        '"tools/ws.toml"]\n'
     )
     for name, script, body in (
         ("echo", "echo.py", ECHO_PY),
         ("spin", "spin.py", SPIN_PY),
         ("count", "count.py", COUNT_PY),
+        ("ws", "ws.py", WS_PY),
     ):
         (box / "tools" / script).write_text(body)
         (box / "tools" / f"{name}.toml").write_text(_declared(name, script, timeout))
@@ -267,7 +297,12 @@ class Cluster:
         return VesselClient(load_deployment(self.deployment_path), Settings.from_environ(self.env))
 
     def start_worker(
-        self, kind: str, *args: str, name: str, wait: bool = True
+        self,
+        kind: str,
+        *args: str,
+        name: str,
+        wait: bool = True,
+        env: dict[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
         log = open(self.workspaces.parent / f"{name}.log", "wb")  # noqa: SIM115
         self.logs.append(log)
@@ -277,7 +312,7 @@ class Cluster:
                 *("-d", str(self.deployment_path), "--hostname", f"{name}@%h", "-l", "WARNING"),
                 *args,
             ],
-            env=self.env,
+            env={**self.env, **(env or {})},
             cwd=REPO,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -287,6 +322,24 @@ class Cluster:
         if wait:
             self.wait_registered(name, proc)
         return proc
+
+    def start_host(
+        self, host: str, *args: str, wait: bool = True, set_id: bool = True
+    ) -> subprocess.Popen[bytes]:
+        """A sandbox worker that is a host of its own: its own VESSEL_HOST_ID and
+        workspace root (`root_of(host)`), as on a machine of its own. `set_id`
+        False leaves VESSEL_HOST_ID unset: the worker derives it from the root."""
+        root = self.root_of(host)
+        root.mkdir(exist_ok=True)
+        env = {"VESSEL_WORKSPACE_ROOT": str(root)}
+        if set_id:
+            env["VESSEL_HOST_ID"] = host
+        else:
+            env["VESSEL_HOST_ID"] = ""
+        return self.start_worker("sandbox", *args, name=host, wait=wait, env=env)
+
+    def root_of(self, host: str) -> Path:
+        return self.workspaces.parent / f"root-{host}"
 
     def wait_registered(self, name: str, proc: subprocess.Popen[bytes]) -> None:
         """Until the worker's heartbeat is in Redis and Celery consumes its lanes."""

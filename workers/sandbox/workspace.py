@@ -270,6 +270,10 @@ class WorkspaceStore:
         with contextlib.suppress(OSError):
             os.utime(path)
 
+    def has_turn(self, agent_id: str, turn: str) -> bool:
+        """True if the turn's workspace exists here (turn affinity: was this host its home?)."""
+        return (self._agent_dir(agent_id) / _turn_key(turn)).is_dir()
+
     def end_turn(self, agent_id: str, turn: str) -> None:
         """Remove the turn's workspace (nothing happens if it is already gone)."""
         remove_tree(self._agent_dir(agent_id) / _turn_key(turn))
