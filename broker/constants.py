@@ -8,6 +8,7 @@ reader can check the spec against one page.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 __all__ = [
     "AGENT_ID_PATTERN",
@@ -22,6 +23,7 @@ __all__ = [
     "DEFAULT_TOOL_OUTPUT_CHARS",
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
     "DEFAULT_WORKDIR",
+    "DEFAULT_WORKSPACE_ROOT",
     "ENV_BROKER_URL",
     "ENV_DEPLOYMENT",
     "ENV_RESULT_BACKEND",
@@ -123,6 +125,10 @@ ENV_BROKER_URL = "VESSEL_BROKER_URL"
 ENV_RESULT_BACKEND = "VESSEL_RESULT_BACKEND"
 #: Host folder under which per-turn workspaces are created.
 ENV_WORKSPACE_ROOT = "VESSEL_WORKSPACE_ROOT"
+#: Used when $VESSEL_WORKSPACE_ROOT is unset: a root-only folder on local disk.
+#: /var/lib is where a service keeps its state; /tmp would let other users
+#: pre-create the path. Packages and mounts may not show it (broker.loading).
+DEFAULT_WORKSPACE_ROOT = Path("/var/lib/vessel-workers/workspaces")
 DEFAULT_DEPLOYMENT_FILE = "deployment.toml"
 
 #: Every Redis key this project writes starts with this, so an operator can
