@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_DEPLOYMENT_FILE",
     "DEFAULT_DISK_LIMIT_MB",
     "DEFAULT_INPUT",
+    "DEFAULT_MAX_ARGUMENT_BYTES",
     "DEFAULT_MAX_CONCURRENT_CALLS",
     "DEFAULT_MEMORY_LIMIT_MB",
     "DEFAULT_PARAMETERS",
@@ -29,6 +30,7 @@ __all__ = [
     "ENV_RESULT_BACKEND",
     "ENV_WORKSPACE_ROOT",
     "INPUT_MODES",
+    "MAX_ARGUMENT_DEPTH",
     "OUTBOX_PATH",
     "PACKAGE_PATH",
     "REDIS_PREFIX",
@@ -80,6 +82,15 @@ DEFAULT_DISK_LIMIT_MB = 256
 DEFAULT_MEMORY_LIMIT_MB = 512
 #: Calls of one agent that may run at once across every worker and host.
 DEFAULT_MAX_CONCURRENT_CALLS = 16
+#: The model's arguments of one call, as compact JSON in UTF-8: a million
+#: bytes is far more than a model writes, and keeps a worker's memory per call
+#: bounded (a 50 MB argument took a call process to 530 MB).
+DEFAULT_MAX_ARGUMENT_BYTES = 1_000_000
+
+#: Objects and arrays nested deeper than this are refused before validation:
+#: the JSON parser and the schema validator recurse once or more per level,
+#: and Python stops at 1,000 frames. No tool's parameters need more.
+MAX_ARGUMENT_DEPTH = 64
 
 # --- tool file defaults (seed 000) -------------------------------------------
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from broker.constants import DEFAULT_MAX_ARGUMENT_BYTES
 from broker.errors import UnknownAgent, UnknownTool
 
 __all__ = [
@@ -36,6 +37,8 @@ class AgentSettings:
     tool_output_chars: int
     disk_limit_mb: int
     memory_limit_mb: int
+    #: The largest arguments a call may be given (compact JSON, UTF-8 bytes).
+    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -8,6 +8,7 @@ accept, an rlimit beyond a C long, a concurrency no host can give).
 from __future__ import annotations
 
 __all__ = [
+    "MAX_ARGUMENT_BYTES",
     "MAX_CONCURRENT_CALLS",
     "MAX_DISK_LIMIT_MB",
     "MAX_MEMORY_LIMIT_MB",
@@ -25,3 +26,6 @@ MAX_DISK_LIMIT_MB = 1_048_576
 MAX_MEMORY_LIMIT_MB = 1_048_576
 #: Per agent, across all workers and hosts.
 MAX_CONCURRENT_CALLS = 100_000
+#: 100 MB: a call's message is one Redis value (at most 512 MB) and is decoded
+#: whole in a worker, several times its size in memory.
+MAX_ARGUMENT_BYTES = 100_000_000

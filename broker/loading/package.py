@@ -8,6 +8,7 @@ from pathlib import Path
 
 from broker.constants import (
     DEFAULT_DISK_LIMIT_MB,
+    DEFAULT_MAX_ARGUMENT_BYTES,
     DEFAULT_MEMORY_LIMIT_MB,
     DEFAULT_TOOL_OUTPUT_CHARS,
     DEFAULT_TOOL_TIMEOUT_SECONDS,
@@ -15,6 +16,7 @@ from broker.constants import (
 )
 from broker.loading.fields import Problems, Table, field_path
 from broker.loading.limits import (
+    MAX_ARGUMENT_BYTES,
     MAX_DISK_LIMIT_MB,
     MAX_MEMORY_LIMIT_MB,
     MAX_TIMEOUT_SECONDS,
@@ -30,7 +32,14 @@ __all__ = ["PACKAGE_FILE", "Package", "load_package"]
 PACKAGE_FILE = "vessel.toml"
 
 _SETTINGS_KEYS = frozenset(
-    {"workdir", "tool_timeout_seconds", "tool_output_chars", "disk_limit_mb", "memory_limit_mb"}
+    {
+        "workdir",
+        "tool_timeout_seconds",
+        "tool_output_chars",
+        "disk_limit_mb",
+        "memory_limit_mb",
+        "max_argument_bytes",
+    }
 )
 _TOP_KEYS = _SETTINGS_KEYS | {"tools"}
 _TOOLS_KEYS = frozenset({"declared"})
@@ -95,7 +104,12 @@ def _read_settings(table: Table) -> AgentSettings | None:
     memory = table.positive_int(
         "memory_limit_mb", default=DEFAULT_MEMORY_LIMIT_MB, maximum=MAX_MEMORY_LIMIT_MB
     )
+    max_arguments = table.positive_int(
+        "max_argument_bytes", default=DEFAULT_MAX_ARGUMENT_BYTES, maximum=MAX_ARGUMENT_BYTES
+    )
     if workdir is None or timeout is None or output_chars is None or disk is None or memory is None:
+        return None
+    if max_arguments is None:
         return None
     return AgentSettings(
         workdir=workdir,
@@ -103,6 +117,7 @@ def _read_settings(table: Table) -> AgentSettings | None:
         tool_output_chars=output_chars,
         disk_limit_mb=disk,
         memory_limit_mb=memory,
+        max_argument_bytes=max_arguments,
     )
 
 

@@ -20,7 +20,13 @@ def test_settings_default_as_designed(tree: Tree) -> None:
         tool_output_chars=20000,
         disk_limit_mb=256,
         memory_limit_mb=512,
+        max_argument_bytes=1_000_000,
     )
+
+
+def test_max_argument_bytes_is_read(tree: Tree) -> None:
+    tree.write({VESSEL: "max_argument_bytes = 4096\n" + GUIDE})
+    assert tree.load().agent("guide").settings.max_argument_bytes == 4096
 
 
 def test_settings_are_read(tree: Tree) -> None:
@@ -63,6 +69,9 @@ def test_settings_are_read(tree: Tree) -> None:
         ('memory_limit_mb = "512"', "memory_limit_mb", "not a string"),
         ("tool_timeout = 30", "tool_timeout", "did you mean 'tool_timeout_seconds'"),
         ("memory_limit = 512", "memory_limit", "unknown key"),
+        ("max_argument_bytes = 0", "max_argument_bytes", "positive integer"),
+        ('max_argument_bytes = "1MB"', "max_argument_bytes", "not a string"),
+        ("max_argument_bytes = 100000001", "max_argument_bytes", "at most"),
     ],
 )
 def test_an_invalid_setting_is_refused(tree: Tree, setting: str, field: str, fragment: str) -> None:
