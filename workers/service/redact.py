@@ -66,7 +66,7 @@ _SHORT_ESCAPES["\t"] = "t"
 
 #: One way to spell one character: its first character (a plain character,
 #: which the pattern's set matches) and the pattern of the rest.
-Option = tuple[str, str]
+_Option = tuple[str, str]
 
 
 def _any_case(text: str) -> str:
@@ -74,7 +74,7 @@ def _any_case(text: str) -> str:
     return "".join(f"[{c}{c.upper()}]" if c in "abcdef" else c for c in text)
 
 
-def _json_escapes(char: str) -> list[Option]:
+def _json_escapes(char: str) -> list[_Option]:
     """The JSON escapes standing for `char` (`\\u00e9`, `\\u00E9`, `\\\\\\u00e9`, `\\n`...)."""
     code = ord(char)
     if code > 0xFFFF:
@@ -89,11 +89,11 @@ def _json_escapes(char: str) -> list[Option]:
     return escapes
 
 
-def _spelled_char(char: str) -> list[Option]:
+def _spelled_char(char: str) -> list[_Option]:
     """Every spelling of one character of a value."""
     # Both cases' escapes: `\\u0041` is an A, and the match ignores case.
     cases = sorted({c for c in (char, char.lower(), char.upper()) if len(c) == 1})
-    options: list[Option] = [(c, "") for c in cases]
+    options: list[_Option] = [(c, "") for c in cases]
     for case in cases:
         options += _json_escapes(case)
     encoded = char.encode("utf-8", "surrogatepass")
@@ -104,7 +104,7 @@ def _spelled_char(char: str) -> list[Option]:
     return options
 
 
-def _base64_char(char: str) -> list[Option]:
+def _base64_char(char: str) -> list[_Option]:
     if char in "+-":
         return [("+", ""), ("-", "")]
     if char in "/_":
@@ -112,16 +112,16 @@ def _base64_char(char: str) -> list[Option]:
     return [(char, "")]
 
 
-def _hex_char(char: str) -> list[Option]:
+def _hex_char(char: str) -> list[_Option]:
     return [(c, "") for c in sorted({char, char.upper()})]
 
 
-def _alternatives(options: list[Option]) -> str:
+def _alternatives(options: list[_Option]) -> str:
     patterns = [re.escape(lead) + rest for lead, rest in options]
     return patterns[0] if len(patterns) == 1 else "(?:" + "|".join(patterns) + ")"
 
 
-def _branches(chars: list[list[Option]], tail: str = "") -> list[str]:
+def _branches(chars: list[list[_Option]], tail: str = "") -> list[str]:
     """A sequence of characters (each with its options) as branches led by a plain character."""
     leads: dict[str, list[str]] = {}
     for lead, rest in chars[0]:
