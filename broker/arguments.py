@@ -41,6 +41,10 @@ __all__ = [
 ]
 
 
+#: Built once: `json.dumps` with options makes a new encoder at every call.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def too_large(tool: str, size: int, max_bytes: int) -> str:
     return (
         f"{tool}: the arguments are {size} bytes; at most {max_bytes} bytes may be given; "
@@ -129,7 +133,7 @@ def argument_bytes(tool: str, raw: object) -> int:
     if isinstance(raw, str):
         return len(raw.encode("utf-8", "surrogatepass"))
     try:
-        text = json.dumps(raw, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = _COMPACT.encode(raw)
     except (TypeError, ValueError):
         raise not_an_object(tool) from None
     return len(text.encode("utf-8", "surrogatepass"))
