@@ -25,7 +25,8 @@ for ordinary JSON, 85 ms for a body made of `\\u0073` escapes, 125 ms at worst
 (a megabyte of backslashes, each the possible start of an escape).
 
 Not caught: encodings of encodings other than JSON escapes of JSON escapes
-(the base64 of the hex of a value), base64 broken over lines, HTML entities,
+(the base64 of the hex of a value), base64 broken over lines, hex with
+separators or `\\x` prefixes, HTML entities,
 and any transformation a reader cannot undo without knowing it (a hash, a
 cipher). A service that wants to leak a value it was sent can always do so;
 redaction stops the accidental echo and the obvious disguises.
