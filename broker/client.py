@@ -19,10 +19,13 @@
 
 `submit` refuses, by raising, only what the platform got wrong: an agent or tool
 the deployment does not have (`UnknownAgent`, `UnknownTool`) and an owner of
-neither form (`ValueError`). The model's arguments are never refused here:
+neither form (`ValueError`). The model's arguments never make it raise:
 arguments that are not a JSON object, or do not match the tool's parameters,
 come back as a result with `outcome == "refused"` and the text the model should
-see, like any other result.
+see, like any other result. Arguments over the agent's `max_argument_bytes`
+(or a decoded value nested too deeply, or holding NaN: `broker.arguments`)
+are refused at submit: the refused result is stored at once, nothing is
+queued, and the handle's `result()` returns it.
 
 A cancelled call ends with the result `[cancelled]` (`is_error`, outcome
 `"cancelled"`): a queued call gets it at once and never starts; a running one
@@ -45,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery, states
 
 from broker.admission import Admission, Dispatched, RedisAdmission
+from broker.arguments import submit_problem
 from broker.celery_app import make_app
 from broker.config import Settings
 from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS, WORKSPACE_IDLE_TTL_SECONDS
@@ -129,6 +133,17 @@ def cancelled_result(request: CallRequest, *, duration_ms: float = 0.0) -> ToolR
         output=CANCELLED_TEXT,
         duration_ms=round(duration_ms, 3),
         outcome="cancelled",
+    )
+
+
+def _refused_at_submit(request: CallRequest, text: str) -> ToolResult:
+    return ToolResult(
+        call_id=request.call_id,
+        agent=request.agent,
+        tool=request.tool,
+        is_error=True,
+        output=text,
+        outcome="refused",
     )
 
 
@@ -291,8 +306,9 @@ class VesselClient:
         call_id: str | None = None,
     ) -> CallHandle:
         """Queue one call; raises UnknownAgent, UnknownTool, or ValueError (owner)."""
-        found = self.deployment.agent(agent).tool(tool)
-        limit = self.deployment.agent(agent).max_concurrent_calls
+        entry = self.deployment.agent(agent)
+        found = entry.tool(tool)
+        limit = entry.max_concurrent_calls
         request = CallRequest(
             call_id=call_id or new_call_id(),
             agent=agent,
@@ -301,6 +317,18 @@ class VesselClient:
             owner=check_owner(owner),
             turn=turn,
         )
+        problem = submit_problem(tool, arguments, max_bytes=entry.settings.max_argument_bytes)
+        if problem is not None:
+            # Refused as the worker would refuse it, without sending it there:
+            # the result is stored now, as for a queued call that is cancelled.
+            store_result_once(
+                self.app,
+                self.admission,
+                _refused_at_submit(request, problem),
+                hostname=_CLIENT_HOST,
+                ttl_seconds=self._ttl,
+            )
+            return CallHandle(request.call_id, self)
         lease_ms = int((found.timeout_seconds + self.settings.lease_grace_seconds) * 1000)
         message = request.to_message()
         envelope = (

@@ -8,6 +8,7 @@ reader can check the spec against one page.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 __all__ = [
     "AGENT_ID_PATTERN",
@@ -16,6 +17,7 @@ __all__ = [
     "DEFAULT_DEPLOYMENT_FILE",
     "DEFAULT_DISK_LIMIT_MB",
     "DEFAULT_INPUT",
+    "DEFAULT_MAX_ARGUMENT_BYTES",
     "DEFAULT_MAX_CONCURRENT_CALLS",
     "DEFAULT_MEMORY_LIMIT_MB",
     "DEFAULT_PARAMETERS",
@@ -25,12 +27,14 @@ __all__ = [
     "DEFAULT_WORKDIR",
     "DEFAULT_WORKSPACE_FILES",
     "DEFAULT_WORKSPACE_LIMIT_MB",
+    "DEFAULT_WORKSPACE_ROOT",
     "ENV_BROKER_URL",
     "ENV_DEPLOYMENT",
     "ENV_HOST_ID",
     "ENV_RESULT_BACKEND",
     "ENV_WORKSPACE_ROOT",
     "INPUT_MODES",
+    "MAX_ARGUMENT_DEPTH",
     "OUTBOX_PATH",
     "PACKAGE_PATH",
     "REDIS_PREFIX",
@@ -92,6 +96,15 @@ DEFAULT_WORKSPACE_FILES = 100_000
 DEFAULT_CPU_LIMIT = 1.0
 #: Calls of one agent that may run at once across every worker and host.
 DEFAULT_MAX_CONCURRENT_CALLS = 16
+#: The model's arguments of one call, as compact JSON in UTF-8: a million
+#: bytes is far more than a model writes, and keeps a worker's memory per call
+#: bounded (a 50 MB argument took a call process to 530 MB).
+DEFAULT_MAX_ARGUMENT_BYTES = 1_000_000
+
+#: Objects and arrays nested deeper than this are refused before validation:
+#: the JSON parser and the schema validator recurse once or more per level,
+#: and Python stops at 1,000 frames. No tool's parameters need more.
+MAX_ARGUMENT_DEPTH = 64
 
 # --- tool file defaults (seed 000) -------------------------------------------
 
@@ -137,6 +150,10 @@ ENV_BROKER_URL = "VESSEL_BROKER_URL"
 ENV_RESULT_BACKEND = "VESSEL_RESULT_BACKEND"
 #: Host folder under which per-turn workspaces are created.
 ENV_WORKSPACE_ROOT = "VESSEL_WORKSPACE_ROOT"
+#: Used when $VESSEL_WORKSPACE_ROOT is unset: a root-only folder on local disk.
+#: /var/lib is where a service keeps its state; /tmp would let other users
+#: pre-create the path. Packages and mounts may not show it (broker.loading).
+DEFAULT_WORKSPACE_ROOT = Path("/var/lib/vessel-workers/workspaces")
 DEFAULT_DEPLOYMENT_FILE = "deployment.toml"
 #: The host a sandbox worker belongs to: one workspace root (default: the
 #: machine's hostname, tagged with the root when it is not the default one;

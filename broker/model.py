@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from broker.constants import DEFAULT_CPU_LIMIT, DEFAULT_WORKSPACE_FILES, DEFAULT_WORKSPACE_LIMIT_MB
+from broker.constants import (
+    DEFAULT_CPU_LIMIT,
+    DEFAULT_MAX_ARGUMENT_BYTES,
+    DEFAULT_WORKSPACE_FILES,
+    DEFAULT_WORKSPACE_LIMIT_MB,
+)
 from broker.errors import UnknownAgent, UnknownTool
 
 __all__ = [
@@ -44,6 +49,8 @@ class AgentSettings:
     #: Cores per call (a cgroup CPU quota), and timeout x cpu_limit CPU seconds
     #: per process (RLIMIT_CPU): `workers.sandbox.limits`.
     cpu_limit: float = DEFAULT_CPU_LIMIT
+    #: The largest arguments a call may be given (compact JSON, UTF-8 bytes).
+    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

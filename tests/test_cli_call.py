@@ -59,6 +59,37 @@ def test_arguments_that_are_not_an_object_are_refused_by_the_worker(arguments: s
     assert "species: the arguments must be a JSON object" in done.stdout
 
 
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        # Refused at submit: the text is measured in UTF-8 bytes.
+        (
+            '{"habitat": "' + "é" * 500_000 + '"}',
+            "the arguments are 1000015 bytes; at most 1000000",
+        ),
+        # Refused by the worker, as invalid arguments (not "the worker failed").
+        ('{"habitat": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested more than 64 levels"),
+        ('{"habitat": NaN}', "the arguments hold NaN, which is not JSON"),
+    ],
+    ids=["too-large", "too-deep", "nan"],
+)
+def test_arguments_the_worker_cannot_take_are_refused_with_exit_2(
+    arguments: str, message: str
+) -> None:
+    done = call("-d", DEPLOYMENT, "field-guide", "species", "-", "--json", stdin=arguments)
+    assert done.returncode == 2, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["outcome"], result["is_error"]) == ("refused", True)
+    assert result["output"].startswith("species: ") and message in result["output"]
+
+
+def test_an_integer_past_pythons_digits_limit_says_so() -> None:
+    # 10**100000 as ARGS: refused as "not a JSON object" before.
+    done = call("-d", DEPLOYMENT, "field-guide", "species", '{"habitat": 1' + "0" * 100_000 + "}")
+    assert done.returncode == 2, done.stderr
+    assert "an integer of more than 4300 digits" in done.stdout
+
+
 def test_a_tool_that_fails_is_an_error_result() -> None:
     done = call("-d", DEPLOYMENT, "field-guide", "word_count", '{"path": "no-such-file.md"}')
     assert done.returncode == 1

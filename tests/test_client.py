@@ -163,3 +163,80 @@ def test_results_in_another_redis_are_stored_through_celery(
         assert results_in_admission(found.app, found.admission) is False
     finally:
         found.close()
+
+
+# --- the model's arguments refused at submit: a stored result, never an exception ---
+
+
+def _refused_at_submit(client: VesselClient, redis_url: str, arguments: object) -> str:
+    handle = client.submit("field-guide", "species", arguments, owner="web/alice", turn="t-9")
+    result = handle.result(timeout=1)
+    assert (result.outcome, result.is_error, result.call_id) == ("refused", True, handle.call_id)
+    assert (result.agent, result.tool) == ("field-guide", "species")
+    # Nothing was queued for a worker.
+    assert redis.Redis.from_url(redis_url).keys("vessel:call:*") == []
+    return result.output
+
+
+def test_arguments_over_the_cap_are_refused_at_submit(client: VesselClient, redis_url: str) -> None:
+    big = {"habitat": "x" * 1_000_000}  # 1,000,014 bytes as compact JSON
+    assert _refused_at_submit(client, redis_url, big) == (
+        "species: the arguments are 1000014 bytes; at most 1000000 bytes may be given; "
+        "call species again with smaller arguments."
+    )
+
+
+def test_text_arguments_are_measured_in_utf8_bytes(client: VesselClient, redis_url: str) -> None:
+    text = '{"habitat": "' + "é" * 500_000 + '"}'  # 500,015 characters, 1,000,015 bytes
+    assert "are 1000015 bytes" in _refused_at_submit(client, redis_url, text)
+
+
+def test_arguments_at_the_cap_are_queued(client: VesselClient) -> None:
+    exact = {"habitat": "x" * (1_000_000 - 14)}
+    handle = client.submit("field-guide", "species", exact, owner="web/alice")
+    with pytest.raises(CallTimeout):  # queued: no worker runs here
+        handle.result(timeout=0.1)
+
+
+def test_deeply_nested_arguments_are_refused_at_submit(
+    client: VesselClient, redis_url: str
+) -> None:
+    # json.dumps of the call's message raised RecursionError here before.
+    deep: dict[str, object] = {}
+    for _ in range(5000):
+        deep = {"a": deep}
+    text = _refused_at_submit(client, redis_url, deep)
+    assert text == (
+        "species: the arguments are nested more than 64 levels deep; "
+        "call species again with flatter arguments."
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [(float("nan"), "NaN"), (float("inf"), "Infinity"), (float("-inf"), "-Infinity")],
+)
+def test_non_finite_floats_are_refused_at_submit(
+    client: VesselClient, redis_url: str, value: float, name: str
+) -> None:
+    text = _refused_at_submit(client, redis_url, {"habitat": [1.5, value]})
+    assert text == f"species: the arguments hold {name}, which is not JSON; " + (
+        "call species again with valid JSON."
+    )
+
+
+def test_an_integer_python_cannot_print_is_refused_at_submit(
+    client: VesselClient, redis_url: str
+) -> None:
+    # json.dumps raised ValueError (Python's int-digits limit) here before.
+    text = _refused_at_submit(client, redis_url, {"habitat": 10**100000})
+    assert "an integer of more than 4300 digits" in text
+
+
+def test_arguments_json_cannot_encode_are_refused_at_submit(
+    client: VesselClient, redis_url: str
+) -> None:
+    text = _refused_at_submit(client, redis_url, {"habitat": {1, 2}})
+    assert (
+        text == "species: the arguments must be a JSON object; call species again with valid JSON."
+    )

@@ -1,43 +1,44 @@
 """Checking the model's arguments before anything runs (seeds 000 and 001).
 
-The same rules for declared and service tools: a JSON object, valid against the
-tool's `parameters`. A refusal raises `RefusedCall` with the text the model sees.
+The same rules for declared and service tools: JSON no larger than the agent's
+`max_argument_bytes`, nested at most `MAX_ARGUMENT_DEPTH` levels, with no
+`NaN` or `Infinity` (`broker.arguments`, also applied at submit); a JSON
+object, valid against the tool's `parameters`. A refusal raises `RefusedCall`
+with the text the model sees.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import jsonschema
 
+from broker.arguments import decode_arguments, not_an_object, too_deep
+from broker.constants import DEFAULT_MAX_ARGUMENT_BYTES
 from broker.errors import RefusedCall
 from broker.model import DeclaredTool, Tool
 
 __all__ = ["args_flags", "parse_arguments"]
 
 
-def _not_an_object(tool: str) -> RefusedCall:
-    return RefusedCall(
-        f"{tool}: the arguments must be a JSON object; call {tool} again with valid JSON."
-    )
-
-
-def parse_arguments(tool: Tool, raw: object) -> dict[str, Any]:
+def parse_arguments(
+    tool: Tool, raw: object, *, max_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES
+) -> dict[str, Any]:
     """Return the arguments as a dict, or raise `RefusedCall` saying what is wrong.
 
-    `raw` is either JSON text (as the model wrote it) or an already decoded value.
+    `raw` is either JSON text (as the model wrote it) or an already decoded value;
+    `max_bytes` is the agent's `max_argument_bytes`.
     """
-    value: object = raw
-    if isinstance(raw, str | bytes):
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            raise _not_an_object(tool.name) from None
+    value = decode_arguments(tool.name, raw, max_bytes=max_bytes)
     if not isinstance(value, dict):
-        raise _not_an_object(tool.name)
+        raise not_an_object(tool.name)
     validator = jsonschema.Draft202012Validator(dict(tool.parameters))
-    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    except RecursionError:
+        # A schema that refers to itself ($ref) recurses per level of the
+        # value too: past the depth check, it is still the value's depth.
+        raise RefusedCall(too_deep(tool.name)) from None
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(the arguments)"
         raise RefusedCall(

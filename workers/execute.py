@@ -58,7 +58,9 @@ class Executor:
         try:
             agent = self.deployment.agent(request.agent)
             tool = agent.tool(request.tool)
-            arguments = parse_arguments(tool, request.arguments)
+            arguments = parse_arguments(
+                tool, request.arguments, max_bytes=agent.settings.max_argument_bytes
+            )
         except (UnknownAgent, UnknownTool) as exc:
             return refused_result(request, str(exc), started=started)
         except RefusedCall as exc:

@@ -7,6 +7,7 @@ from pathlib import Path
 from broker.constants import AGENT_ID_PATTERN, DEFAULT_MAX_CONCURRENT_CALLS
 from broker.loading.fields import Problems, Table, field_path, type_name
 from broker.loading.grants import read_grant
+from broker.loading.host_folders import exposed_folder_problem
 from broker.loading.limits import MAX_CONCURRENT_CALLS
 from broker.loading.mounts import read_mounts
 from broker.loading.package import PACKAGE_FILE, Package, load_package
@@ -87,7 +88,7 @@ def _read_agent(
     max_calls = table.positive_int(
         "max_concurrent_calls", default=DEFAULT_MAX_CONCURRENT_CALLS, maximum=MAX_CONCURRENT_CALLS
     )
-    package_dir, package = _read_package(table, base, packages)
+    package_dir, package = _read_package(table, path, packages)
     mounts = read_mounts(table, base, path.resolve())
     grants = _read_grants(table)
     if package is not None and grants is not None:
@@ -115,20 +116,25 @@ def _read_agent(
 
 
 def _read_package(
-    table: Table, base: Path, packages: dict[Path, Package | None]
+    table: Table, path: Path, packages: dict[Path, Package | None]
 ) -> tuple[Path | None, Package | None]:
     package = table.string("package", required=True)
     if package is None:
         return None, None
-    folder = base / package
+    folder = path.parent / package
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"
         table.problem("package", f"{str(folder)!r} {what}")
         return None, None
+    resolved = folder.resolve()
+    # The package is bound at /agent: whatever it holds, a tool can read.
+    exposed = exposed_folder_problem(resolved, path.resolve())
+    if exposed is not None:
+        table.problem("package", f"{package!r} {exposed}")
+        return None, None
     if not (folder / PACKAGE_FILE).is_file():
         table.problem("package", f"{str(folder)!r} has no {PACKAGE_FILE}")
         return None, None
-    resolved = folder.resolve()
     if resolved not in packages:
         packages[resolved] = load_package(folder, shown=str(folder), problems=table.problems)
     return resolved, packages[resolved]

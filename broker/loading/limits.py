@@ -8,6 +8,7 @@ accept, an rlimit beyond a C long, a concurrency no host can give).
 from __future__ import annotations
 
 __all__ = [
+    "MAX_ARGUMENT_BYTES",
     "MAX_CONCURRENT_CALLS",
     "MAX_CPU_LIMIT",
     "MAX_DISK_LIMIT_MB",
@@ -39,3 +40,6 @@ MAX_WORKSPACE_FILES = 10_000_000
 MAX_CPU_LIMIT = 1024.0
 #: The kernel's smallest CFS quota is 1 ms per 100 ms period: 0.01 of a core.
 MIN_CPU_LIMIT = 0.01
+#: 100 MB: a call's message is one Redis value (at most 512 MB) and is decoded
+#: whole in a worker, several times its size in memory.
+MAX_ARGUMENT_BYTES = 100_000_000

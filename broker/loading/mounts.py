@@ -5,19 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker.loading.fields import Table, field_path, type_name
+from broker.loading.host_folders import exposed_folder_problem
 from broker.loading.sandbox_paths import mount_target_problem
 
 __all__ = ["read_mounts"]
-
-
-def _exposes_too_much(folder: Path, deployment_file: Path) -> str | None:
-    """Why mounting host `folder` would show the sandbox what it must not see, or None."""
-    if folder == Path(folder.anchor):
-        return "is the host's root folder: mount the data folder itself"
-    if deployment_file.is_relative_to(folder):
-        # Grants may hold literal header values: the sandbox never sees a secret.
-        return "holds the deployment file, whose grants may hold secrets"
-    return None
 
 
 def read_mounts(agent: Table, base: Path, deployment_file: Path) -> dict[str, Path] | None:
@@ -51,7 +42,7 @@ def read_mounts(agent: Table, base: Path, deployment_file: Path) -> dict[str, Pa
             agent.problems.add(agent.file, at, f"{str(folder)!r} {what}")
             continue
         resolved = folder.resolve()
-        exposed = _exposes_too_much(resolved, deployment_file)
+        exposed = exposed_folder_problem(resolved, deployment_file)
         if exposed is not None:
             agent.problems.add(agent.file, at, f"{source!r} {exposed}")
             continue

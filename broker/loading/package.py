@@ -9,6 +9,7 @@ from pathlib import Path
 from broker.constants import (
     DEFAULT_CPU_LIMIT,
     DEFAULT_DISK_LIMIT_MB,
+    DEFAULT_MAX_ARGUMENT_BYTES,
     DEFAULT_MEMORY_LIMIT_MB,
     DEFAULT_TOOL_OUTPUT_CHARS,
     DEFAULT_TOOL_TIMEOUT_SECONDS,
@@ -18,6 +19,7 @@ from broker.constants import (
 )
 from broker.loading.fields import Problems, Table, field_path
 from broker.loading.limits import (
+    MAX_ARGUMENT_BYTES,
     MAX_CPU_LIMIT,
     MAX_DISK_LIMIT_MB,
     MAX_MEMORY_LIMIT_MB,
@@ -46,6 +48,7 @@ _SETTINGS_KEYS = frozenset(
         "workspace_limit_mb",
         "workspace_files",
         "cpu_limit",
+        "max_argument_bytes",
     }
 )
 _TOP_KEYS = _SETTINGS_KEYS | {"tools"}
@@ -121,6 +124,9 @@ def _read_settings(table: Table) -> AgentSettings | None:
     if cpu is not None and cpu < MIN_CPU_LIMIT:
         table.problem("cpu_limit", f"must be at least {MIN_CPU_LIMIT:g} (of a core), not {cpu:g}")
         cpu = None
+    max_arguments = table.positive_int(
+        "max_argument_bytes", default=DEFAULT_MAX_ARGUMENT_BYTES, maximum=MAX_ARGUMENT_BYTES
+    )
     if (
         workdir is None
         or timeout is None
@@ -130,6 +136,7 @@ def _read_settings(table: Table) -> AgentSettings | None:
         or workspace is None
         or files is None
         or cpu is None
+        or max_arguments is None
     ):
         return None
     return AgentSettings(
@@ -141,6 +148,7 @@ def _read_settings(table: Table) -> AgentSettings | None:
         workspace_limit_mb=workspace,
         workspace_files=files,
         cpu_limit=cpu,
+        max_argument_bytes=max_arguments,
     )
 
 

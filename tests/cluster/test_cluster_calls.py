@@ -82,6 +82,22 @@ def test_bad_arguments_come_back_as_a_refused_result(cluster: Cluster) -> None:
     client.close()
 
 
+def test_arguments_json_does_not_have_are_refused_by_the_worker(cluster: Cluster) -> None:
+    # Text goes to the worker unparsed; it refuses NaN and deep nesting as arguments.
+    client = cluster.client()
+    nan = client.call("box", "echo", '{"x": NaN}', owner="web/alice", timeout=20)
+    assert (nan.outcome, nan.is_error) == ("refused", True)
+    assert (
+        nan.output
+        == "echo: the arguments hold NaN, which is not JSON; call echo again with valid JSON."
+    )
+    deep = client.call(
+        "box", "echo", '{"x": ' + "[" * 5000 + "]" * 5000 + "}", owner="web/a", timeout=20
+    )
+    assert deep.outcome == "refused" and "nested more than 64 levels" in deep.output
+    client.close()
+
+
 def test_a_duplicated_message_runs_the_tool_once(cluster: Cluster) -> None:
     client = cluster.client()
     n = f"dup-{uuid.uuid4().hex[:6]}"

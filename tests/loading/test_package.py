@@ -23,7 +23,13 @@ def test_settings_default_as_designed(tree: Tree) -> None:
         workspace_limit_mb=1024,
         workspace_files=100_000,
         cpu_limit=1.0,
+        max_argument_bytes=1_000_000,
     )
+
+
+def test_max_argument_bytes_is_read(tree: Tree) -> None:
+    tree.write({VESSEL: "max_argument_bytes = 4096\n" + GUIDE})
+    assert tree.load().agent("guide").settings.max_argument_bytes == 4096
 
 
 def test_settings_are_read(tree: Tree) -> None:
@@ -102,6 +108,9 @@ def test_workspace_and_cpu_limits_are_read(
         ("workspace_limit = 1024", "workspace_limit", "did you mean 'workspace_limit_mb'"),
         ("tool_timeout = 30", "tool_timeout", "did you mean 'tool_timeout_seconds'"),
         ("memory_limit = 512", "memory_limit", "unknown key"),
+        ("max_argument_bytes = 0", "max_argument_bytes", "positive integer"),
+        ('max_argument_bytes = "1MB"', "max_argument_bytes", "not a string"),
+        ("max_argument_bytes = 100000001", "max_argument_bytes", "at most"),
     ],
 )
 def test_an_invalid_setting_is_refused(tree: Tree, setting: str, field: str, fragment: str) -> None:

@@ -608,6 +608,37 @@ def test_outbox_symlink_to_host_file(sandbox: Sandbox) -> None:
     assert SECRET not in json.dumps(result.to_dict())
 
 
+def test_outbox_names_not_utf8_or_with_control_characters(sandbox: Sandbox) -> None:
+    # Before: --json printed invalid UTF-8, and the escape reached the platform.
+    script = (
+        "import os\n"
+        "box = os.environ['VESSEL_OUTBOX'].encode()\n"
+        "for name in [b'bad\\xff.txt', b'red\\x1b[31m.txt', b'two\\nlines', b'nul\\x7f',\n"
+        "             '\\u202etxt.exe'.encode(), b'csi\\xc2\\x9b2J', b'caf\\xc3\\xa9.txt',\n"
+        "             b'back\\\\slash.txt', b'ok.txt']:\n"
+        "    with open(os.path.join(box, name), 'wb') as f:\n"
+        "        f.write(b'data')\n"
+        "os.mkdir(os.path.join(box, b'dir\\x07'))\n"
+        "open(os.path.join(box, b'dir\\x07', b'inner.txt'), 'wb').write(b'x')\n"
+    )
+    result = sandbox.call(script)
+    assert [f.name for f in result.files] == ["back\\slash.txt", "caf\u00e9.txt", "ok.txt"]
+    assert sorted(result.skipped_files) == sorted(
+        [
+            "bad\\xff.txt",
+            "red\\x1b[31m.txt",
+            "two\\x0alines",
+            "nul\\x7f",
+            "\\u202etxt.exe",
+            "csi\\x9b2J",
+            "dir\\x07",
+        ]
+    )
+    text = json.dumps(result.to_dict(), ensure_ascii=False)
+    text.encode("utf-8")  # valid UTF-8: no lone surrogate left
+    assert "\x1b" not in text and "\u202e" not in text and "\x9b" not in text
+
+
 def test_outbox_replaced_by_symlink(sandbox: Sandbox) -> None:
     script = (
         "import os, shutil\n"

@@ -28,7 +28,7 @@ from workers.sandbox import (
     seccomp,
 )
 from workers.sandbox import workspace as workspace_module
-from workers.sandbox.outbox import collect_outbox, ensure_mount_point
+from workers.sandbox.outbox import collect_outbox, ensure_mount_point, escaped_name, unsafe_name
 from workers.sandbox.runner import SandboxRunner, format_seconds, timed_out_text
 from workers.sandbox.workspace import WorkspaceStore, default_workspace_root
 
@@ -74,6 +74,16 @@ def test_outbox_skips_links_fifos_and_sockets(tmp_path: Path) -> None:
     got = collect_outbox(box)
     assert set(got.skipped) == {"link", "dirlink", "fifo"}
     assert [f.name for f in got.files] == ["hardlink"]
+
+
+def test_outbox_escaped_names_are_one_to_one() -> None:
+    # Distinct byte strings stay distinct once escaped, and every escape is printable.
+    names = ["a\\xff", "a\udcff", "a\\x1b", "a\x1b", "a\u2028", "a\\u2028", "plain é"]
+    escaped = [escaped_name(n) for n in names]
+    assert len(set(escaped)) == len(names)
+    assert all(e.isprintable() for e in escaped)
+    assert escaped_name("plain é") == "plain é"
+    assert [unsafe_name(n) for n in names] == [False, True, False, True, True, False, False]
 
 
 def test_outbox_missing_or_a_link_returns_nothing(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """`vessel-workers call AGENT TOOL [ARGS]`: run one call and print what the model sees.
 
 ARGS is JSON text (default `{}`; `-` reads standard input). It is sent as
-written: text that is not a JSON object is refused by the worker with the
-message the model would get, like any other result.
+written: text over the agent's `max_argument_bytes` is refused at submit, and
+text that is not a JSON object (or nests too deeply, holds NaN or Infinity, or
+an integer past Python's digits limit) by the worker, each with the message
+the model would get, like any other result (exit status 2).
 
 Without VESSEL_BROKER_URL the call runs on the embedded default (broker,
 admission and a worker in this process, confinement real); with it, the call

@@ -7,6 +7,13 @@ every sandboxed process is dead. A tool controls everything in it, so:
   O_NOFOLLOW (a symlink, at any depth, is never followed) and O_NONBLOCK (a
   fifo cannot hang the worker), then fstat-checked to be a regular file;
 - links, fifos, sockets and devices are skipped and named in `skipped`;
+- a name (of a file or a folder, which is then not entered) that is not UTF-8,
+  or holds a control character (C0, DEL, C1), a line or paragraph separator,
+  or a bidirectional-text control, is skipped: such a name would make the
+  result's JSON invalid UTF-8, or reach a terminal or a page as an escape
+  sequence or reordered text. It is named in `skipped` backslash-escaped
+  (`escaped_name`): each byte that is not UTF-8 as `\\xNN`, each of those
+  characters as `\\xNN` or `\\uNNNN`, and a backslash as `\\\\`;
 - files are returned in name order until `cap_bytes` in total; a file that
   would pass the cap is skipped and named (later, smaller files may still fit);
 - at most `MAX_ENTRIES` entries are looked at, so a million empty files cannot
@@ -36,6 +43,8 @@ __all__ = [
     "Outbox",
     "collect_outbox",
     "ensure_mount_point",
+    "escaped_name",
+    "unsafe_name",
 ]
 
 #: Total bytes of files one result may carry: 10 MiB. The result crosses Redis
@@ -50,6 +59,47 @@ _READ_CHUNK = 1024 * 1024
 _MOUNT_POINT_TRIES = 5
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+
+
+#: Format characters that reorder or hide text (bidi embeddings, overrides,
+#: isolates and marks): a name holding them displays as another name.
+_BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+#: Line and paragraph separators: a new line to whatever displays the name.
+_SEPARATORS = frozenset("\u2028\u2029\x85")
+
+
+def _unsafe_char(char: str) -> bool:
+    code = ord(char)
+    return (
+        code < 0x20
+        or 0x7F <= code <= 0x9F  # DEL and the C1 controls (CSI is 0x9b)
+        or 0xDC80 <= code <= 0xDCFF  # a byte that is not UTF-8 (os.listdir's surrogateescape)
+        or char in _BIDI_CONTROLS
+        or char in _SEPARATORS
+    )
+
+
+def unsafe_name(name: str) -> bool:
+    """True if `name` (as `os.listdir` gives it) is not UTF-8 or holds a character to refuse."""
+    return any(_unsafe_char(c) for c in name)
+
+
+def escaped_name(name: str) -> str:
+    """`name` backslash-escaped: printable, valid UTF-8, and one name for one byte string."""
+    out: list[str] = []
+    for char in name:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif char == "\\":
+            out.append("\\\\")
+        elif _unsafe_char(char):
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +136,13 @@ def ensure_mount_point(path: Path) -> None:
     raise FileExistsError(f"{path} keeps being replaced by something other than a folder")
 
 
-def _walk(dir_fd: int, prefix: str, budget: list[int]) -> Iterator[tuple[str, int, os.stat_result]]:
-    """Yield (relative name, parent fd, lstat) for every entry, depth first, sorted."""
+def _walk(
+    dir_fd: int, prefix: str, budget: list[int]
+) -> Iterator[tuple[str, int, os.stat_result | None]]:
+    """Yield (relative name, parent fd, lstat) for every entry, depth first, sorted.
+
+    An entry with an unsafe name comes with no lstat (a folder is not entered).
+    """
     try:
         names = sorted(os.listdir(dir_fd))
     except OSError:
@@ -97,6 +152,9 @@ def _walk(dir_fd: int, prefix: str, budget: list[int]) -> Iterator[tuple[str, in
             return
         budget[0] -= 1
         rel = f"{prefix}{name}"
+        if unsafe_name(name):
+            yield rel, dir_fd, None
+            continue
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except OSError:
@@ -153,6 +211,9 @@ def collect_outbox(path: Path, cap_bytes: int = DEFAULT_OUTBOX_CAP_BYTES) -> Out
     try:
         for rel, dir_fd, st in _walk(root_fd, "", budget):
             name = rel.rsplit("/", 1)[-1]
+            if st is None:
+                skipped.append(escaped_name(rel))
+                continue
             if not stat.S_ISREG(st.st_mode):
                 skipped.append(rel)
                 continue

@@ -35,14 +35,11 @@ import threading
 import time
 from pathlib import Path
 
-from broker.constants import ENV_WORKSPACE_ROOT
+from broker.constants import DEFAULT_WORKSPACE_ROOT
+from broker.loading.host_folders import workspace_root
 
 __all__ = ["DEFAULT_WORKSPACE_ROOT", "WorkspaceStore", "default_workspace_root", "remove_tree"]
 
-#: Used when $VESSEL_WORKSPACE_ROOT is unset: a root-only folder on local disk.
-#: /var/lib is where a service keeps its state; /tmp would let other users
-#: pre-create the path.
-DEFAULT_WORKSPACE_ROOT = Path("/var/lib/vessel-workers/workspaces")
 
 _ONE_CALL_PREFIX = ".call-"
 #: Hex characters of a one-call workspace's or an outbox's random name.
@@ -55,9 +52,8 @@ _OUTBOXES = ".outbox"
 
 
 def default_workspace_root() -> Path:
-    """$VESSEL_WORKSPACE_ROOT, else `DEFAULT_WORKSPACE_ROOT`."""
-    value = os.environ.get(ENV_WORKSPACE_ROOT, "").strip()
-    return Path(value) if value else DEFAULT_WORKSPACE_ROOT
+    """$VESSEL_WORKSPACE_ROOT, else `DEFAULT_WORKSPACE_ROOT` (the rule lives in broker)."""
+    return workspace_root()
 
 
 def _turn_key(turn: str) -> str:

@@ -120,7 +120,12 @@ class ServiceCaller:
         values: dict[str, list[str]] = {agent_id: [] for agent_id in ids}
         for (agent_id, _service), grant in self._grants.items():
             values[agent_id].extend(grant.headers.values())
-        self._redactors = {agent_id: Redactor(v) for agent_id, v in values.items()}
+        # Built at an agent's first call, once per distinct set of values:
+        # compiling every spelling of a value costs about 1 ms per character,
+        # and a worker may serve thousands of agents sharing one token.
+        self._values = {agent_id: frozenset(v) for agent_id, v in values.items()}
+        self._redactors: dict[frozenset[str], Redactor] = {}
+        self._redactors_lock = threading.Lock()
         _quiet_library_logs()
         if transport is None:
             transport = build_transport(limits=POOL_LIMITS, socket_options=_SOCKET_OPTIONS)
@@ -155,6 +160,14 @@ class ServiceCaller:
     ) -> None:
         self.close()
 
+    def _redactor(self, agent_id: str) -> Redactor:
+        values = self._values.get(agent_id, frozenset())
+        with self._redactors_lock:
+            redactor = self._redactors.get(values)
+            if redactor is None:
+                redactor = self._redactors[values] = Redactor(values)
+        return redactor
+
     def close(self) -> None:
         """Close the connection pool; idempotent."""
         self._closed = True
@@ -172,7 +185,7 @@ class ServiceCaller:
     ) -> ToolResult:
         """Run one call; every outcome, including the server's misbehaviour, is a result."""
         started = time.monotonic()
-        redact = self._redactors.get(agent.id) or Redactor(())
+        redact = self._redactor(agent.id)
 
         def result(
             text: str, *, is_error: bool, outcome: str, status: int | None = None
