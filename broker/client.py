@@ -48,7 +48,7 @@ from broker.envelope import EnvelopeFactory, send_call
 from broker.errors import CallTimeout
 from broker.model import Deployment
 from broker.owner import check_owner
-from broker.request import CallRequest, new_call_id
+from broker.request import CallRequest, Initiator, new_call_id
 from broker.transport import transport_for
 from workers.result import ToolResult
 
@@ -272,8 +272,13 @@ class VesselClient:
         owner: str,
         turn: str | None = None,
         call_id: str | None = None,
+        initiator: Initiator | None = None,
     ) -> CallHandle:
-        """Queue one call; raises UnknownAgent, UnknownTool, or ValueError (owner)."""
+        """Queue one call; raises UnknownAgent, UnknownTool, or ValueError (owner).
+
+        `initiator` says what started the turn (plugin tools see it as
+        `context.initiator`); None is the platform, not verified.
+        """
         found = self.deployment.agent(agent).tool(tool)
         limit = self.deployment.agent(agent).max_concurrent_calls
         request = CallRequest(
@@ -283,6 +288,7 @@ class VesselClient:
             arguments=arguments,
             owner=check_owner(owner),
             turn=turn,
+            initiator=initiator or Initiator(),
         )
         lease_ms = int((found.timeout_seconds + self.settings.lease_grace_seconds) * 1000)
         message = request.to_message()

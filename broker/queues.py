@@ -62,7 +62,7 @@ __all__ = [
     "turn_key",
 ]
 
-Kind = Literal["sandbox", "service"]
+Kind = Literal["sandbox", "service", "plugin"]
 KINDS: tuple[Kind, ...] = ("sandbox", "service")
 
 #: The Celery task of each worker kind; Flower shows these names.

@@ -51,6 +51,8 @@ class ToolResult:
     outcome: str = "ok"
     #: Outbox entries that were not returned (links, special files, over the cap).
     skipped_files: tuple[str, ...] = field(default=())
+    #: Plugin tools: the call's `host.log` entries (`{"level", "message", ...}`), capped.
+    logs: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         # By hand, not `asdict`: every field is a plain value but the two
@@ -68,6 +70,7 @@ class ToolResult:
             "files": [f.to_dict() for f in self.files],
             "outcome": self.outcome,
             "skipped_files": list(self.skipped_files),
+            "logs": list(self.logs),
         }
 
     @classmethod
@@ -91,4 +94,5 @@ class ToolResult:
             files=files,
             outcome=data.get("outcome", "ok"),
             skipped_files=tuple(data.get("skipped_files", ())),
+            logs=tuple(data.get("logs", ())),
         )
