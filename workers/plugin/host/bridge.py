@@ -76,9 +76,7 @@ class PluginHost:
         plugins: Sequence[str] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        self._settings: dict[str, ResolvedSettings] = resolve_settings(
-            deployment, plugins, environ
-        )
+        self._settings: dict[str, ResolvedSettings] = resolve_settings(deployment, plugins, environ)
         self._platform = resolve_platform(deployment.platform, environ)
         self._files: WorkspaceFiles | None = (
             LocalFiles(workspaces) if isinstance(workspaces, WorkspaceStore) else workspaces
@@ -93,7 +91,7 @@ class PluginHost:
     # --- the boundary ----------------------------------------------------------
 
     def call(self, context: HostContext, chain: str, args: list[Any]) -> Any:
-        """Answer `host.<chain>(...args)` for `context`'s plugin, or raise HostRefused/HostFailed."""
+        """Answer `host.<chain>(...args)` for the context's plugin (HostRefused/HostFailed)."""
         parts = chain.split(".") if isinstance(chain, str) else []
         if not parts or len(parts) > MAX_CHAIN_PARTS or not all(map(_NAME.fullmatch, parts)):
             raise HostRefused(f"host call refused: {str(chain)[:80]!r} is not a host member")
@@ -128,9 +126,7 @@ class PluginHost:
             return None
         if head == "workspace" and len(rest) == 1:
             if self._files is None:
-                raise HostFailed(
-                    f"host.{chain} is not available: this worker has no workspaces"
-                )
+                raise HostFailed(f"host.{chain} is not available: this worker has no workspaces")
             return workspace_call(self._files, context, rest[0], args)
         if head in PLATFORM_NAMESPACES:
             return forward(self._fetcher.client, self._platform, context, chain, args)

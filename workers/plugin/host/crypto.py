@@ -1,10 +1,10 @@
 """`host.crypto`: random UUIDs, random bytes and SHA digests, from the worker's CSPRNG.
 
-    randomUUID()              -> "1b4e28ba-2fa1-41d2-883f-0016d3cca427" (version 4)
-    randomBytes(n)            -> n random bytes as a base64 string (0 <= n <= MAX_RANDOM_BYTES)
-    digest(algorithm, data)   -> lower-case hex; algorithm "SHA-1", "SHA-256",
-                                 "SHA-384" or "SHA-512" (case and the dash optional);
-                                 data a string, hashed as its UTF-8 bytes
+randomUUID()              -> "1b4e28ba-2fa1-41d2-883f-0016d3cca427" (version 4)
+randomBytes(n)            -> n random bytes as a base64 string (0 <= n <= MAX_RANDOM_BYTES)
+digest(algorithm, data)   -> lower-case hex; algorithm "SHA-1", "SHA-256",
+                             "SHA-384" or "SHA-512" (case and the dash optional);
+                             data a string, hashed as its UTF-8 bytes
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ global. IPv4 addresses embedded in IPv6 (::ffff:a.b.c.d, 6to4, Teredo, NAT64
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,7 +101,8 @@ def parse_target(url: object) -> Target:
         host = str(ip)
     effective = port if port is not None else _DEFAULT_PORTS[parsed.scheme]
     shown = f"[{host}]" if ip is not None and ip.version == 6 else host
-    authority = shown if port is None or port == _DEFAULT_PORTS[parsed.scheme] else f"{shown}:{port}"
+    default = port is None or port == _DEFAULT_PORTS[parsed.scheme]
+    authority = shown if default else f"{shown}:{port}"
     target = parsed.raw_path.decode("ascii") or "/"
     return Target(
         scheme=parsed.scheme, host=host, port=effective, authority=authority, target=target, ip=ip
@@ -117,10 +119,8 @@ def _split_entry(entry: str) -> tuple[str, int | None]:
         host, _, port = text.partition(":")
     else:
         host, port = text, ""  # a bare name, or a bare IPv6 literal
-    try:
+    with contextlib.suppress(ValueError):
         host = str(ipaddress.ip_address(host))
-    except ValueError:
-        pass
     return host, (int(port) if port.isdigit() else None)
 
 

@@ -157,7 +157,7 @@ def _refuse(what: str) -> HostRefused:
     return HostRefused(f"host.fetch refused: {what}")
 
 
-def _request_fields(args: list[Any]) -> tuple[str, str, dict[str, str], bytes | None]:
+def _request_fields(args: list[Any]) -> tuple[object, str, dict[str, str], bytes | None]:
     if len(args) != 1 or not isinstance(args[0], Mapping):
         raise _refuse("it takes one object {url, method?, headers?, body?}")
     spec = args[0]
@@ -194,7 +194,7 @@ def _request_fields(args: list[Any]) -> tuple[str, str, dict[str, str], bytes | 
         data = body.encode("utf-8", "surrogatepass")
         if len(data) > MAX_REQUEST_BYTES:
             raise _refuse(f"the request body is larger than {MAX_REQUEST_BYTES:,} bytes")
-    return str(url) if isinstance(url, str) else url, method.upper(), headers, data
+    return url, method.upper(), headers, data
 
 
 def _joined(headers: httpx.Headers) -> dict[str, str]:
@@ -247,7 +247,9 @@ class Fetcher:
                 f"host.fetch failed: resolving {target.host} took longer than the call's time"
             ) from None
         except (OSError, UnicodeError) as exc:
-            raise HostFailed(f"host.fetch failed: {target.host} cannot be resolved ({exc})") from None
+            raise HostFailed(
+                f"host.fetch failed: {target.host} cannot be resolved ({exc})"
+            ) from None
         found: list[IPAddress] = []
         for info in infos:
             ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
@@ -267,13 +269,16 @@ class Fetcher:
         addresses = self._resolve(context, target)
         for ip in addresses:
             check_address(target, ip, plugin.private_egress, resolved=target.ip is None)
-        return self._exchange(context, target, addresses[0], method, headers, body)
+        return self._exchange(
+            context, target, addresses[0], method=method, headers=headers, body=body
+        )
 
     def _exchange(
         self,
         context: HostContext,
         target: Target,
         ip: IPAddress,
+        *,
         method: str,
         headers: dict[str, str],
         body: bytes | None,

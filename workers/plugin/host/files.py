@@ -22,7 +22,7 @@ import os
 import secrets
 import stat
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -96,10 +96,8 @@ def _kind(mode: int) -> Literal["file", "directory", "symlink", "other"]:
 def _open_dir(parent: int, name: str, shown: str, *, create: bool) -> int:
     """The fd of folder `name` in `parent`, never following a link (made if `create`)."""
     if create:
-        try:
+        with suppress(FileExistsError):
             os.mkdir(name, 0o700, dir_fd=parent)
-        except FileExistsError:
-            pass
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=parent)
     except FileNotFoundError:
@@ -183,16 +181,13 @@ class LocalFiles:
                 except IsADirectoryError:
                     raise NotAFile(f"{shown} is a folder") from None
             except BaseException:
-                try:
+                with suppress(FileNotFoundError):
                     os.unlink(tmp, dir_fd=parent)
-                except FileNotFoundError:
-                    pass
                 raise
         self.store.touch(root)
 
     def entries(self, agent: str, turn: str, parts: Sequence[str]) -> tuple[list[Entry], bool]:
         """The folder's entries by name, and whether more than `MAX_LIST_ENTRIES` were left out."""
-        shown = "/".join(parts) or "."
         root = self._root(agent, turn)
         # The walk stops at the folder holding the last part: "." makes that the folder itself.
         with _walk_to(root, [*parts, "."], create=False) as folder:
@@ -206,7 +201,8 @@ class LocalFiles:
                 except FileNotFoundError:
                     continue
                 kind = _kind(st.st_mode)
-                entries.append(Entry(name=name, type=kind, size=st.st_size if kind == "file" else 0))
+                size = st.st_size if kind == "file" else 0
+                entries.append(Entry(name=name, type=kind, size=size))
             return entries, len(names) > MAX_LIST_ENTRIES
 
     def delete(self, agent: str, turn: str, parts: Sequence[str]) -> None:

@@ -66,9 +66,7 @@ def forward(
     """POST the call to the platform and return its JSON answer."""
     name = f"host.{chain}"
     if platform is None:
-        raise HostFailed(
-            f"{name} is not available: this deployment has no [platform] to answer it"
-        )
+        raise HostFailed(f"{name} is not available: this deployment has no [platform] to answer it")
     try:
         body = json.dumps({"args": args}, ensure_ascii=False, allow_nan=False).encode()
     except (TypeError, ValueError):
