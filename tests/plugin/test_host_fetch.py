@@ -217,10 +217,9 @@ def _slow(handler: Handler) -> None:
 @pytest.mark.hostile
 def test_the_calls_time_left_bounds_a_fetch(server: Server) -> None:
     server.routes["/slow"] = _slow
-    with allowed(server) as setup:
-        # The server answers after 3 s: an answer would mean the limit did not hold.
-        with pytest.raises(HostFailed, match="did not answer in time"):
-            setup.call("fetch", {"url": f"http://127.0.0.1:{server.port}/slow"}, seconds=0.5)
+    # The server answers after 3 s: an answer would mean the limit did not hold.
+    with allowed(server) as setup, pytest.raises(HostFailed, match="did not answer in time"):
+        setup.call("fetch", {"url": f"http://127.0.0.1:{server.port}/slow"}, seconds=0.5)
 
 
 def test_a_cancelled_call_stops_its_fetch(server: Server) -> None:
