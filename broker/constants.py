@@ -29,6 +29,11 @@ __all__ = [
     "INPUT_MODES",
     "OUTBOX_PATH",
     "PACKAGE_PATH",
+    "PLUGIN_MAX_ALWAYS_LISTED",
+    "PLUGIN_MEMORY_LIMIT_MB",
+    "PLUGIN_SLUG_PATTERN",
+    "PLUGIN_TIMEOUT_SECONDS",
+    "PLUGIN_TOOL_KEY_PATTERN",
     "REDIS_PREFIX",
     "SANDBOX_HOME",
     "SERVICE_BODY_LIMIT_BYTES",
@@ -48,6 +53,17 @@ SERVICE_NAME_PATTERN = re.compile(r"[a-z][a-z0-9-]*")
 #: DESIGN.md: lowercase letters, digits and hyphens, starting with a letter.
 #: Capped at 63 so an id always fits a hostname label and a queue name.
 AGENT_ID_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,62}")
+
+#: Issue 16: a plugin's slug, lowercase letters, digits and hyphens, up to 32 characters.
+PLUGIN_SLUG_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,31}")
+#: Seed 002: a plugin tool's registry key (its final name is `<slug>__<key>`).
+PLUGIN_TOOL_KEY_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,63}")
+#: Seed 002: at most 3 `alwaysListed` tools per plugin; a 4th fails the publish.
+PLUGIN_MAX_ALWAYS_LISTED = 3
+#: Seed 002 "Limits": 30 s wall clock and 128 MB per call (floors; see
+#: broker/loading/plugin.py for the raised floors and plugin.toml's own values).
+PLUGIN_TIMEOUT_SECONDS = 30.0
+PLUGIN_MEMORY_LIMIT_MB = 128
 
 #: The vessel's built-in tools; a declared or service tool may not take one of
 #: these names. The one list, used by loading and by the catalogue.

@@ -20,17 +20,20 @@ from broker.model import Deployment
 __all__ = ["check_deployment", "load_deployment"]
 
 
-def load_deployment(path: Path | str) -> Deployment:
-    """The deployment at `path`, validated; raises `InvalidDeployment` with all problems."""
+def load_deployment(path: Path | str, *, lock_dir: Path | None = None) -> Deployment:
+    """The deployment at `path`, validated; raises `InvalidDeployment` with all problems.
+
+    `lock_dir`: where the plugins' locks are (None: each plugin's folder).
+    """
     problems = Problems()
-    deployment = read_deployment(Path(path), problems)
+    deployment = read_deployment(Path(path), problems, lock_dir=lock_dir)
     if deployment is None or problems:
         raise InvalidDeployment(problems.as_list())
     return deployment
 
 
-def check_deployment(path: Path | str) -> list[Problem]:
+def check_deployment(path: Path | str, *, lock_dir: Path | None = None) -> list[Problem]:
     """Every problem of the deployment at `path` and its packages; [] when it is valid."""
     problems = Problems()
-    read_deployment(Path(path), problems)
+    read_deployment(Path(path), problems, lock_dir=lock_dir)
     return problems.as_list()
