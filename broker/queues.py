@@ -5,8 +5,10 @@ naming 500 queues in every BRPOP falls from 883 to 357 tasks/s):
 
     vessel.sandbox              shared lane of the sandbox workers
     vessel.service              shared lane of the service workers
+    vessel.plugin               shared lane of the plugin workers
     vessel.sandbox.<agent>      dedicated lane: only workers started with --agents <agent>
     vessel.service.<agent>
+    vessel.plugin.<agent>
 
 Which call goes next, and to which lane, is decided by admission in Redis
 (`broker.admission`); these keys are its state (all under `vessel:`):
@@ -63,12 +65,13 @@ __all__ = [
 ]
 
 Kind = Literal["sandbox", "service", "plugin"]
-KINDS: tuple[Kind, ...] = ("sandbox", "service")
+KINDS: tuple[Kind, ...] = ("sandbox", "service", "plugin")
 
 #: The Celery task of each worker kind; Flower shows these names.
 TASK_NAMES: dict[Kind, str] = {
     "sandbox": "vessel.sandbox_call",
     "service": "vessel.service_call",
+    "plugin": "vessel.plugin_call",
 }
 
 #: Pub/sub channel carrying the ids of calls to kill wherever they run.
