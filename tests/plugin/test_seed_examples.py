@@ -82,3 +82,21 @@ def test_both_examples_run_through_the_runner(deployment_file: Path) -> None:
     assert url.startswith("https://api.open-meteo.com/v1/forecast?latitude=52.5&longitude=13.4")
     assert (saved.is_error, saved.output) == (False, '{"saved":"notes/shopping-list-.md"}')
     assert bridge.written == [{"path": "notes/shopping-list-.md", "content": "eggs"}]
+
+
+def test_a_worker_start_check_finds_a_lock_that_no_longer_matches(deployment_file: Path) -> None:
+    from workers.plugin.publish import lock_mismatch
+
+    assert main(["check", "-d", "deployment.toml"]) == 0
+    deployment = load_deployment("deployment.toml")
+    assert lock_mismatch(deployment.plugins["weather"]) is None
+    lock = deployment_file.parent / "weather" / "plugin.lock.json"
+    data = json.loads(lock.read_text())
+    data["tools"][0]["description"] = "Something else."
+    data["permissions"] = ["host:fetch", "host:llm"]
+    lock.write_text(json.dumps(data))
+    changed = load_deployment("deployment.toml").plugins["weather"]
+    assert (
+        lock_mismatch(changed)
+        == "the sources derive ['host:fetch'], the lock ['host:fetch', 'host:llm']"
+    )
