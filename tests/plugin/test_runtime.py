@@ -210,3 +210,17 @@ def test_a_source_changed_after_the_lock_is_refused_not_run(tmp_path: Path) -> N
     assert "src/demo.ts changed since the lock was written; run vessel-workers check" in (
         result.output
     )
+
+
+def test_calls_at_once_each_get_their_own_answer(call: Calls) -> None:
+    results: dict[int, str] = {}
+
+    def run(i: int) -> None:
+        results[i] = call("demo__value", {"value": i}).output
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {i: str(i) for i in range(6)}
