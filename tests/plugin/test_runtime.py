@@ -224,3 +224,17 @@ def test_calls_at_once_each_get_their_own_answer(call: Calls) -> None:
     for thread in threads:
         thread.join()
     assert results == {i: str(i) for i in range(6)}
+
+
+@pytest.mark.hostile
+def test_a_flood_of_host_calls_is_bounded(call: Calls) -> None:
+    import json
+
+    from workers.plugin.runner import MAX_HOST_CALLS, MAX_PENDING_HOST_CALLS
+
+    result = call("demo__flood")
+    assert not result.is_error, result.output
+    found = json.loads(result.output)
+    assert MAX_PENDING_HOST_CALLS <= found["ok"] <= MAX_HOST_CALLS
+    assert f"host: at most {MAX_PENDING_HOST_CALLS} host calls may wait at once" in found["refused"]
+    assert call("demo__text").output == '"hello"'
