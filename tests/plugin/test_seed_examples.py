@@ -100,3 +100,17 @@ def test_a_worker_start_check_finds_a_lock_that_no_longer_matches(deployment_fil
         lock_mismatch(changed)
         == "the sources derive ['host:fetch'], the lock ['host:fetch', 'host:llm']"
     )
+
+
+def test_check_lock_dir_and_the_loaders_environment(
+    deployment_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    locks = deployment_file.parent / "locks"
+    assert main(["check", "--lock-dir", str(locks), "-d", "deployment.toml"]) == 0
+    assert sorted(p.name for p in locks.iterdir()) == ["notes.lock.json", "weather.lock.json"]
+    assert not (deployment_file.parent / "weather" / "plugin.lock.json").exists()
+    capsys.readouterr()
+    assert main(["tools", "guide", "-d", "deployment.toml"]) == 1
+    assert "no lock: the plugin was not checked" in capsys.readouterr().err
+    monkeypatch.setenv("VESSEL_PLUGIN_LOCK_DIR", str(locks))
+    assert main(["tools", "guide", "-d", "deployment.toml"]) == 0

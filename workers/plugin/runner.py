@@ -50,7 +50,7 @@ from workers.plugin.process import (
     RuntimeProcess,
     probe_data_bytes,
 )
-from workers.plugin.stage import make_stage, node_binary, remove_stage
+from workers.plugin.stage import make_stage, node_binary, remove_stage, remove_stale_stages
 from workers.result import ToolResult
 from workers.sandbox.limits import MIB
 from workers.sandbox.runner import timed_out_text
@@ -174,6 +174,7 @@ class PluginRunner:
             max_workers=HOST_THREADS, thread_name_prefix="vessel-plugin-host"
         )
         if deployment.plugins:
+            remove_stale_stages()
             self._prepare(warm=warm)
 
     # --- set-up ------------------------------------------------------------
