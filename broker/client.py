@@ -57,7 +57,7 @@ from broker.errors import CallTimeout
 from broker.model import Deployment
 from broker.owner import check_owner
 from broker.queues import WORKSPACE_KINDS
-from broker.request import CallRequest, new_call_id
+from broker.request import CallRequest, Initiator, new_call_id
 from broker.transport import transport_for
 from workers.result import ToolResult
 
@@ -304,8 +304,13 @@ class VesselClient:
         owner: str,
         turn: str | None = None,
         call_id: str | None = None,
+        initiator: Initiator | None = None,
     ) -> CallHandle:
-        """Queue one call; raises UnknownAgent, UnknownTool, or ValueError (owner)."""
+        """Queue one call; raises UnknownAgent, UnknownTool, or ValueError (owner).
+
+        `initiator` says what started the turn (plugin tools see it as
+        `context.initiator`); None is the platform, not verified.
+        """
         entry = self.deployment.agent(agent)
         found = entry.tool(tool)
         limit = entry.max_concurrent_calls
@@ -316,6 +321,7 @@ class VesselClient:
             arguments=arguments,
             owner=check_owner(owner),
             turn=turn,
+            initiator=initiator or Initiator(),
         )
         problem = submit_problem(tool, arguments, max_bytes=entry.settings.max_argument_bytes)
         if problem is not None:

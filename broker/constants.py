@@ -31,12 +31,18 @@ __all__ = [
     "ENV_BROKER_URL",
     "ENV_DEPLOYMENT",
     "ENV_HOST_ID",
+    "ENV_PLUGIN_LOCK_DIR",
     "ENV_RESULT_BACKEND",
     "ENV_WORKSPACE_ROOT",
     "INPUT_MODES",
     "MAX_ARGUMENT_DEPTH",
     "OUTBOX_PATH",
     "PACKAGE_PATH",
+    "PLUGIN_MAX_ALWAYS_LISTED",
+    "PLUGIN_MEMORY_LIMIT_MB",
+    "PLUGIN_SLUG_PATTERN",
+    "PLUGIN_TIMEOUT_SECONDS",
+    "PLUGIN_TOOL_KEY_PATTERN",
     "REDIS_PREFIX",
     "SANDBOX_HOME",
     "SERVICE_BODY_LIMIT_BYTES",
@@ -57,6 +63,17 @@ SERVICE_NAME_PATTERN = re.compile(r"[a-z][a-z0-9-]*")
 #: DESIGN.md: lowercase letters, digits and hyphens, starting with a letter.
 #: Capped at 63 so an id always fits a hostname label and a queue name.
 AGENT_ID_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,62}")
+
+#: Issue 16: a plugin's slug, lowercase letters, digits and hyphens, up to 32 characters.
+PLUGIN_SLUG_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,31}")
+#: Seed 002: a plugin tool's registry key (its final name is `<slug>__<key>`).
+PLUGIN_TOOL_KEY_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,63}")
+#: Seed 002: at most 3 `alwaysListed` tools per plugin; a 4th fails the publish.
+PLUGIN_MAX_ALWAYS_LISTED = 3
+#: Seed 002 "Limits": 30 s wall clock and 128 MB per call (floors; see
+#: broker/loading/plugin.py for the raised floors and plugin.toml's own values).
+PLUGIN_TIMEOUT_SECONDS = 30.0
+PLUGIN_MEMORY_LIMIT_MB = 128
 
 #: The vessel's built-in tools; a declared or service tool may not take one of
 #: these names. The one list, used by loading and by the catalogue.
@@ -148,6 +165,9 @@ SYSTEM_FOLDERS: frozenset[str] = frozenset(
 ENV_DEPLOYMENT = "VESSEL_DEPLOYMENT"
 ENV_BROKER_URL = "VESSEL_BROKER_URL"
 ENV_RESULT_BACKEND = "VESSEL_RESULT_BACKEND"
+#: Where every loader looks for plugin locks (`<dir>/<slug>.lock.json`) when
+#: `check --lock-dir` wrote them away from the plugin folders.
+ENV_PLUGIN_LOCK_DIR = "VESSEL_PLUGIN_LOCK_DIR"
 #: Host folder under which per-turn workspaces are created.
 ENV_WORKSPACE_ROOT = "VESSEL_WORKSPACE_ROOT"
 #: Used when $VESSEL_WORKSPACE_ROOT is unset: a root-only folder on local disk.

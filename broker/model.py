@@ -26,6 +26,9 @@ __all__ = [
     "Deployment",
     "Grant",
     "InputMode",
+    "Platform",
+    "Plugin",
+    "PluginTool",
     "ServiceTool",
     "Tool",
 ]
@@ -92,7 +95,78 @@ class ServiceTool(_ToolBase):
     kind: Literal["service"] = "service"
 
 
-Tool = DeclaredTool | ServiceTool
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PluginTool(_ToolBase):
+    """A plugin's registered tool. `name` is the final name `<slug>__<key>`.
+
+    `timeout_seconds` (from `_ToolBase`) is 30 s or the raised floor (seed 002
+    "Limits"), the same for every tool of one plugin.
+    """
+
+    #: The plugin's slug.
+    plugin: str
+    #: The registry key, e.g. "get_forecast".
+    key: str
+    deferred: bool = False
+    always_listed: bool = False
+    #: The call's memory limit in MB (128, or the raised floor).
+    memory_limit_mb: int
+    #: The plugin's derived permissions (the same for all its tools).
+    permissions: tuple[str, ...]
+
+    kind: Literal["plugin"] = "plugin"
+
+
+Tool = DeclaredTool | ServiceTool | PluginTool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plugin:
+    """One `[[plugins]]` entry with its `plugin.toml` and `plugin.lock.json` loaded."""
+
+    slug: str
+    #: Host folder holding plugin.toml.
+    package_dir: Path
+    #: Relative paths inside `package_dir`, run in this order.
+    sources: tuple[str, ...]
+    #: Source path -> sha256 hex, as the lock records them.
+    sources_sha256: Mapping[str, str]
+    #: As written; str values may be "env:NAME" (resolved only by plugin workers).
+    settings: Mapping[str, Any]
+    #: "host:port" entries from deployment.toml: the only private addresses host.fetch may reach.
+    private_egress: tuple[str, ...]
+    #: manifest.egress entries ("host" or "host:port").
+    egress: tuple[str, ...]
+    #: Derived from the sources, sorted, e.g. ("host:fetch", "host:workspace:write").
+    permissions: tuple[str, ...]
+    timeout_seconds: float
+    memory_limit_mb: int
+    #: Final name -> tool, in registration order.
+    tools: Mapping[str, PluginTool]
+    lock_path: Path
+
+    def __repr__(self) -> str:
+        # Settings values may be literal secrets: never print them.
+        return (
+            f"Plugin(slug={self.slug!r}, package_dir={str(self.package_dir)!r}, "
+            f"settings={sorted(self.settings)!r}, tools={list(self.tools)!r}, "
+            f"permissions={list(self.permissions)!r})"
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Platform:
+    """The deployment's `[platform]`: where host namespaces owned by the platform go.
+
+    Values as written (`env:NAME` unresolved); only plugin workers resolve them.
+    """
+
+    url: str
+    headers: Mapping[str, str]
+
+    def __repr__(self) -> str:
+        # The URL and header values may carry secrets: never print them.
+        return f"Platform(url=<hidden>, headers={sorted(self.headers)!r})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -146,6 +220,9 @@ class Deployment:
 
     path: Path
     agents: Mapping[str, Agent] = field(default_factory=dict)
+    #: Slug -> plugin, in `[[plugins]]` order; installed for every agent.
+    plugins: Mapping[str, Plugin] = field(default_factory=dict)
+    platform: Platform | None = None
 
     def agent(self, agent_id: str) -> Agent:
         try:

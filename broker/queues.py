@@ -5,8 +5,10 @@ naming 500 queues in every BRPOP falls from 883 to 357 tasks/s):
 
     vessel.sandbox              shared lane of the sandbox workers
     vessel.service              shared lane of the service workers
+    vessel.plugin               shared lane of the plugin workers
     vessel.sandbox.<agent>      dedicated lane: only workers started with --agents <agent>
     vessel.service.<agent>
+    vessel.plugin.<agent>
     vessel.sandbox@<host>       home lane of one sandbox host (`VESSEL_HOST_ID`: one
                                 workspace root): the calls of the turns homed there
     vessel.sandbox.<agent>@<host>   the same for the dedicated workers of <agent>
@@ -92,13 +94,14 @@ __all__ = [
     "turn_key",
 ]
 
-Kind = Literal["sandbox", "service"]
-KINDS: tuple[Kind, ...] = ("sandbox", "service")
+Kind = Literal["sandbox", "service", "plugin"]
+KINDS: tuple[Kind, ...] = ("sandbox", "service", "plugin")
 
 #: The Celery task of each worker kind; Flower shows these names.
 TASK_NAMES: dict[Kind, str] = {
     "sandbox": "vessel.sandbox_call",
     "service": "vessel.service_call",
+    "plugin": "vessel.plugin_call",
 }
 
 #: The kinds whose calls have a workspace per turn, so follow their turn's home.

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.errors import RefusedCall, UnknownAgent, UnknownTool
-from broker.model import DeclaredTool, Deployment, ServiceTool
-from broker.request import CallRequest
+from broker.model import Agent, DeclaredTool, Deployment, PluginTool, ServiceTool
+from broker.request import CallRequest, Initiator
 from workers.arguments import parse_arguments
 from workers.result import ToolResult
 
@@ -22,7 +22,26 @@ if TYPE_CHECKING:
     from workers.sandbox.runner import SandboxRunner
     from workers.service.caller import ServiceCaller
 
-__all__ = ["Executor", "refused_result"]
+__all__ = ["Executor", "PluginRuns", "refused_result"]
+
+
+class PluginRuns(Protocol):
+    """What runs plugin tools (`workers.plugin.PluginRunner`)."""
+
+    def run(
+        self,
+        *,
+        call_id: str,
+        agent: Agent,
+        tool: PluginTool,
+        arguments: dict[str, Any],
+        owner: str,
+        turn: str | None,
+        initiator: Initiator,
+        cancel: threading.Event | None = None,
+    ) -> ToolResult: ...
+
+    def close(self) -> None: ...
 
 
 def refused_result(request: CallRequest, text: str, *, started: float | None = None) -> ToolResult:
@@ -48,10 +67,12 @@ class Executor:
         *,
         sandbox: SandboxRunner | None = None,
         service: ServiceCaller | None = None,
+        plugin: PluginRuns | None = None,
     ) -> None:
         self.deployment = deployment
         self.sandbox = sandbox
         self.service = service
+        self.plugin = plugin
 
     def run(self, request: CallRequest, cancel: threading.Event | None = None) -> ToolResult:
         started = time.monotonic()
@@ -77,6 +98,21 @@ class Executor:
                 tool=tool,
                 arguments=arguments,
                 turn=request.turn,
+                cancel=cancel,
+            )
+        if isinstance(tool, PluginTool):
+            if self.plugin is None:
+                return refused_result(
+                    request, f"{tool.name}: this worker runs no plugin tools", started=started
+                )
+            return self.plugin.run(
+                call_id=request.call_id,
+                agent=agent,
+                tool=tool,
+                arguments=arguments,
+                owner=request.owner,
+                turn=request.turn,
+                initiator=request.initiator,
                 cancel=cancel,
             )
         assert isinstance(tool, ServiceTool)

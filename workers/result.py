@@ -54,6 +54,8 @@ class ToolResult:
     #: The turn's workspace was lost with its host (or Redis lost its home):
     #: this call started with an empty one, and `output` begins with a note saying so.
     workspace_lost: bool = False
+    #: Plugin tools: the call's `host.log` entries (`{"level", "message", ...}`), capped.
+    logs: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         # By hand, not `asdict`: every field is a plain value but the two
@@ -72,6 +74,7 @@ class ToolResult:
             "outcome": self.outcome,
             "skipped_files": list(self.skipped_files),
             "workspace_lost": self.workspace_lost,
+            "logs": list(self.logs),
         }
 
     @classmethod
@@ -96,4 +99,5 @@ class ToolResult:
             outcome=data.get("outcome", "ok"),
             skipped_files=tuple(data.get("skipped_files", ())),
             workspace_lost=bool(data.get("workspace_lost", False)),
+            logs=tuple(data.get("logs", ())),
         )

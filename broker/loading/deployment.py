@@ -1,4 +1,5 @@
-"""`deployment.toml`: the agents, each with its package, mounts and service grants."""
+"""`deployment.toml`: the agents, each with its package, mounts and service grants;
+the plugins installed for every agent (`plugins.py`) and `[platform]` (`platform.py`)."""
 
 from __future__ import annotations
 
@@ -11,22 +12,36 @@ from broker.loading.host_folders import exposed_folder_problem
 from broker.loading.limits import MAX_CONCURRENT_CALLS
 from broker.loading.mounts import read_mounts
 from broker.loading.package import PACKAGE_FILE, Package, load_package
+from broker.loading.platform import read_platform
+from broker.loading.plugins import load_plugin, read_plugin_entries
 from broker.loading.toml_file import read_toml
-from broker.model import Agent, Deployment, Grant, ServiceTool
+from broker.model import Agent, Deployment, Grant, Plugin, ServiceTool, Tool
 
 __all__ = ["AGENT_KEYS", "DEPLOYMENT_KEYS", "read_deployment"]
 
-DEPLOYMENT_KEYS = frozenset({"agents"})
+DEPLOYMENT_KEYS = frozenset({"agents", "plugins", "platform"})
 AGENT_KEYS = frozenset({"id", "package", "max_concurrent_calls", "mounts", "services"})
 
 
-def read_deployment(path: Path, problems: Problems) -> Deployment | None:
-    """The deployment at `path`; None when anything in it or its packages is wrong."""
+def read_deployment(
+    path: Path, problems: Problems, *, lock_dir: Path | None = None
+) -> Deployment | None:
+    """The deployment at `path`; None when anything in it or its packages is wrong.
+
+    `lock_dir`: where the plugins' locks are (`<lock_dir>/<slug>.lock.json`);
+    None: each plugin's own folder (`plugin.lock.json`).
+    """
     shown = str(path)
     data = read_toml(path, shown=shown, problems=problems)
     if data is None:
         return None
     top = Table(data, file=shown, where="", keys=DEPLOYMENT_KEYS, problems=problems)
+    platform = read_platform(top)
+    plugins: dict[str, Plugin] = {}
+    for entry in read_plugin_entries(top, path) or ():
+        plugin = load_plugin(entry, deployment=path, lock_dir=lock_dir, problems=problems)
+        if plugin is not None:
+            plugins[plugin.slug] = plugin
     if not top.has("agents"):
         top.problem("agents", "missing: declare at least one [[agents]] entry")
         return None
@@ -57,10 +72,36 @@ def read_deployment(path: Path, problems: Problems) -> Deployment | None:
         )
         agent = _read_agent(table, path=path, ids=ids, index=index, packages=packages)
         if agent is not None:
-            agents[agent.id] = agent
+            agents[agent.id] = _with_plugins(table, agent, plugins)
     if problems:
         return None
-    return Deployment(path=path, agents=agents)
+    return Deployment(path=path, agents=agents, plugins=plugins, platform=platform)
+
+
+def _with_plugins(table: Table, agent: Agent, plugins: dict[str, Plugin]) -> Agent:
+    """`agent` with every plugin's tools after its package's, in `[[plugins]]` order."""
+    if not plugins:
+        return agent
+    tools: dict[str, Tool] = dict(agent.tools)
+    for plugin in plugins.values():
+        for name, tool in plugin.tools.items():
+            if name in tools:
+                table.problem(
+                    "package",
+                    f"its tool {name!r} ({tools[name].source}) has the name of plugin "
+                    f"{plugin.slug!r}'s tool {tool.key!r}",
+                )
+                continue
+            tools[name] = tool
+    return Agent(
+        id=agent.id,
+        package_dir=agent.package_dir,
+        settings=agent.settings,
+        tools=tools,
+        mounts=agent.mounts,
+        grants=agent.grants,
+        max_concurrent_calls=agent.max_concurrent_calls,
+    )
 
 
 def _read_agent(

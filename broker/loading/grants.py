@@ -14,7 +14,7 @@ from broker.constants import SERVICE_NAME_PATTERN, VESSEL_HEADER_PREFIX
 from broker.loading.fields import Table, field_path, type_name
 from broker.model import Grant
 
-__all__ = ["ENV_PREFIX", "GRANT_KEYS", "read_grant", "url_problem"]
+__all__ = ["ENV_PREFIX", "GRANT_KEYS", "env_problem", "read_grant", "read_headers", "url_problem"]
 
 GRANT_KEYS = frozenset({"url", "headers"})
 #: Seed 001: `url` and header values may be `env:NAME`, read where service workers run.
@@ -50,7 +50,8 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-def _env_problem(value: str) -> str | None:
+def env_problem(value: str) -> str | None:
+    """Why the NAME of an `env:NAME` value is not an environment variable name, or None."""
     name = value[len(ENV_PREFIX) :]
     if not _ENV_NAME.fullmatch(name):
         return f"{name!r} is not an environment variable name (letters, digits, _)"
@@ -74,16 +75,17 @@ def read_grant(table: Table, name: str) -> Grant | None:
     grant = Table(raw, file=table.file, where=where, keys=GRANT_KEYS, problems=table.problems)
     url = grant.string("url", required=True)
     if url is not None:
-        problem = _env_problem(url) if url.startswith(ENV_PREFIX) else url_problem(url)
+        problem = env_problem(url) if url.startswith(ENV_PREFIX) else url_problem(url)
         if problem is not None:
             grant.problem("url", problem)
-    headers = _read_headers(grant)
+    headers = read_headers(grant)
     if len(table.problems) > found or url is None or headers is None:
         return None
     return Grant(name=name, url=url, headers=headers)
 
 
-def _read_headers(grant: Table) -> dict[str, str] | None:
+def read_headers(grant: Table) -> dict[str, str] | None:
+    """`headers` of `grant` (a grant or `[platform]`): names, values, env:NAME checked."""
     if not grant.has("headers"):
         return {}
     raw = grant.mapping("headers")
@@ -109,7 +111,7 @@ def _read_headers(grant: Table) -> dict[str, str] | None:
             continue
         seen.setdefault(header.lower(), header)
         if value.startswith(ENV_PREFIX):
-            problem = _env_problem(value)
+            problem = env_problem(value)
             if problem is not None:
                 refuse(problem)
         elif "\r" in value or "\n" in value:

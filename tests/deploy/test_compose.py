@@ -19,8 +19,10 @@ from .conftest import COMPOSE, DOCKERFILE, argv, bind_mounts, environment, host_
 
 BROKER_URL = "redis://redis:6379/0"
 RECORDS_URL = "http://records:8000"
-SERVICES = {"redis", "sandbox", "service", "flower", "records"}
-WORKERS = ("sandbox", "service")
+SERVICES = {"redis", "sandbox", "service", "plugin", "flower", "records"}
+WORKERS = ("sandbox", "service", "plugin")
+#: Workers whose calls run under bubblewrap (declared tools, plugin handlers).
+CONFINED = ("sandbox", "plugin")
 #: Words that mark a variable as a credential.
 SECRET_WORDS = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|AUTH|CREDENTIAL", re.IGNORECASE)
 #: `${NAME}`, `${NAME:-default}`, `${NAME:?message}`: taken from the host's environment.
@@ -42,14 +44,28 @@ def _search(pattern: str, text: str) -> str:
     return match[1]
 
 
+def _env_names(values: list[Any]) -> set[str]:
+    return {v[4:] for v in values if isinstance(v, str) and v.startswith("env:")}
+
+
 def _grant_env_names(deployment: Path) -> set[str]:
     """Every `env:NAME` a grant of the deployment uses (url or header values)."""
     data = tomllib.loads(deployment.read_text())
     names: set[str] = set()
     for agent in data.get("agents", []):
         for grant in (agent.get("services") or {}).values():
-            values = [grant.get("url", ""), *(grant.get("headers") or {}).values()]
-            names |= {v[4:] for v in values if isinstance(v, str) and v.startswith("env:")}
+            names |= _env_names([grant.get("url", ""), *(grant.get("headers") or {}).values()])
+    return names
+
+
+def _plugin_env_names(deployment: Path) -> set[str]:
+    """Every `env:NAME` of the plugins' settings and of `[platform]`."""
+    data = tomllib.loads(deployment.read_text())
+    names: set[str] = set()
+    for plugin in data.get("plugins", []):
+        names |= _env_names(list((plugin.get("settings") or {}).values()))
+    platform = data.get("platform") or {}
+    names |= _env_names([platform.get("url", ""), *(platform.get("headers") or {}).values()])
     return names
 
 
@@ -73,7 +89,7 @@ def test_redis_keeps_everything_and_never_evicts(services: dict[str, Any]) -> No
     assert "ports" not in redis
 
 
-@pytest.mark.parametrize("name", ["sandbox", "service", "flower"])
+@pytest.mark.parametrize("name", ["sandbox", "service", "plugin", "flower"])
 def test_every_celery_process_uses_the_compose_redis(services: dict[str, Any], name: str) -> None:
     env = environment(services[name])
     assert env["VESSEL_BROKER_URL"] == BROKER_URL
@@ -126,11 +142,19 @@ def _container_view(service: dict[str, Any], folder: Path) -> Path:
 
 
 def _examples_with_compose_urls(deployment: dict[str, Any]) -> dict[str, Any]:
-    """`deployment` with each records grant's url pointing at the records container."""
+    """`deployment` with each records grant's url pointing at the records container, and
+    the weather plugin asking the real service (no stand-in URL, no private address)."""
     for agent in deployment.get("agents", []):
         grant = (agent.get("services") or {}).get("records")
         if grant is not None:
             grant["url"] = RECORDS_URL
+    for plugin in deployment.get("plugins", []):
+        if plugin["package"] == "plugins/weather":
+            plugin.pop("private_egress", None)
+            settings = plugin.get("settings") or {}
+            settings.pop("forecast_url", None)
+            if not settings:
+                plugin.pop("settings", None)
     return deployment
 
 
@@ -145,16 +169,18 @@ def test_worker_deployment_is_the_examples(services: dict[str, Any], name: str) 
     assert deployment.is_file(), f"{deployment} does not exist"
     example = tomllib.loads((EXAMPLES / "deployment.toml").read_text())
     assert tomllib.loads(deployment.read_text()) == _examples_with_compose_urls(example), (
-        f"{deployment.name} and examples/deployment.toml disagree (beyond the records url)"
+        f"{deployment.name} and examples/deployment.toml disagree (beyond the records url "
+        "and the weather stand-in)"
     )
     # Workers read the deployment and the packages; they never write them.
     for volume in service["volumes"]:
         assert str(volume).endswith(":ro"), f"{name}: {volume} is mounted writable"
 
 
-def test_both_kinds_load_the_same_deployment(services: dict[str, Any]) -> None:
-    assert _deployment(services["sandbox"]) == _deployment(services["service"])
-    assert bind_mounts(services["sandbox"]) == bind_mounts(services["service"])
+@pytest.mark.parametrize("name", ["service", "plugin"])
+def test_every_kind_loads_the_same_deployment(services: dict[str, Any], name: str) -> None:
+    assert _deployment(services["sandbox"]) == _deployment(services[name])
+    assert bind_mounts(services["sandbox"]) == bind_mounts(services[name])
 
 
 @pytest.mark.parametrize("name", WORKERS)
@@ -195,10 +221,23 @@ def test_service_worker_has_every_secret_its_grants_name(services: dict[str, Any
             assert ":?" in value, f"{name} should refuse to start when unset"
 
 
+def test_plugin_worker_has_every_secret_its_plugins_name(services: dict[str, Any]) -> None:
+    plugin = services["plugin"]
+    env = environment(plugin)
+    needed = _plugin_env_names(_deployment(plugin))
+    assert not needed - set(env), f"the plugin worker lacks {sorted(needed - set(env))}"
+    for name in needed:
+        if SECRET_WORDS.search(name):
+            match = FROM_HOST.match(env[name])
+            assert match is not None and match["name"] == name, f"{name} is written in the file"
+    # It needs none of the grants' secrets.
+    assert not set(env) & _grant_env_names(_deployment(plugin))
+
+
 def test_sandbox_worker_holds_no_secret(services: dict[str, Any]) -> None:
     sandbox = services["sandbox"]
     env = environment(sandbox)
-    grant_names = _grant_env_names(_deployment(sandbox))
+    grant_names = _grant_env_names(_deployment(sandbox)) | _plugin_env_names(_deployment(sandbox))
     assert not set(env) & grant_names
     assert not [name for name in env if SECRET_WORDS.search(name)]
     assert not [value for value in env.values() if FROM_HOST.match(value)]
@@ -213,14 +252,19 @@ def test_sandbox_cannot_reach_the_applications(
     assert not nets["sandbox"] & nets["records"], "a sandbox worker shares a network with an app"
     assert nets["service"] & nets["records"], "service workers cannot reach the records service"
     assert nets["sandbox"] & nets["redis"] and nets["service"] & nets["redis"]
-    assert nets["flower"] & nets["redis"]
+    assert nets["flower"] & nets["redis"] and nets["plugin"] & nets["redis"]
+    # Plugin workers make host.fetch themselves: one of their networks leads out.
+    assert any(not compose["networks"][n].get("internal") for n in nets["plugin"])
     # The broker's network leads nowhere outside the host.
     (shared,) = nets["sandbox"]
     assert compose["networks"][shared]["internal"] is True
 
 
-def test_sandbox_has_the_container_options_bubblewrap_needs(services: dict[str, Any]) -> None:
-    sandbox = services["sandbox"]
+@pytest.mark.parametrize("name", CONFINED)
+def test_confined_workers_have_the_container_options_bubblewrap_needs(
+    services: dict[str, Any], name: str
+) -> None:
+    sandbox = services[name]
     options = set(sandbox["security_opt"])
     assert {"seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"} <= options
     assert "no-new-privileges:true" in options
@@ -230,17 +274,21 @@ def test_sandbox_has_the_container_options_bubblewrap_needs(services: dict[str, 
     assert sandbox["read_only"] is True
 
 
-def test_each_sandbox_option_is_explained_in_the_dockerfile(services: dict[str, Any]) -> None:
+@pytest.mark.parametrize("name", CONFINED)
+def test_each_sandbox_option_is_explained_in_the_dockerfile(
+    services: dict[str, Any], name: str
+) -> None:
     text = DOCKERFILE.read_text()
-    for option in services["sandbox"]["security_opt"]:
+    for option in services[name]["security_opt"]:
         assert f"security_opt {option}" in text, f"sandbox.Dockerfile does not explain {option}"
     assert "cap_drop ALL" in text
 
 
+@pytest.mark.parametrize("name", CONFINED)
 def test_sandbox_workspaces_are_a_private_tmpfs_of_the_image_user(
-    services: dict[str, Any],
+    services: dict[str, Any], name: str
 ) -> None:
-    sandbox = services["sandbox"]
+    sandbox = services[name]
     root = environment(sandbox).get("VESSEL_WORKSPACE_ROOT")
     dockerfile = DOCKERFILE.read_text()
     if root is None:  # the image's default then
@@ -254,7 +302,7 @@ def test_sandbox_workspaces_are_a_private_tmpfs_of_the_image_user(
     assert "size" in opts
 
 
-@pytest.mark.parametrize("name", ["sandbox", "service", "flower", "records"])
+@pytest.mark.parametrize("name", ["sandbox", "service", "plugin", "flower", "records"])
 def test_our_containers_drop_every_capability(services: dict[str, Any], name: str) -> None:
     svc = services[name]
     assert svc["cap_drop"] == ["ALL"]
@@ -262,7 +310,7 @@ def test_our_containers_drop_every_capability(services: dict[str, Any], name: st
     assert svc["read_only"] is True
 
 
-@pytest.mark.parametrize("name", ["sandbox", "service", "flower", "records"])
+@pytest.mark.parametrize("name", ["sandbox", "service", "plugin", "flower", "records"])
 def test_our_containers_run_the_sandbox_image(services: dict[str, Any], name: str) -> None:
     build = services[name]["build"]
     assert (REPO / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE

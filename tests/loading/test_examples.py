@@ -29,7 +29,15 @@ def test_the_field_guide_agent() -> None:
     guide = load_deployment("examples/deployment.toml").agent("field-guide")
     assert guide.mounts == {"/data": SAMPLE_DATA.resolve()}
     assert guide.settings.workdir == "/data"
-    species, word_count = guide.tools.values()
+    # Its package's tools, then the weather plugin's (installed for every agent).
+    assert list(guide.tools) == [
+        "species",
+        "word_count",
+        "read_notes",
+        "weather__get_forecast",
+        "weather__save_note",
+    ]
+    species, word_count = guide.tool("species"), guide.tool("word_count")
     assert isinstance(species, DeclaredTool)
     assert species.command == ("python3", "/agent/tools/species.py")
     assert species.input == "json-stdin"

@@ -35,6 +35,7 @@ from broker.errors import (
     UnknownTool,
 )
 from broker.owner import DEFAULT_OWNER, check_owner
+from broker.request import INITIATOR_KINDS, Initiator
 
 __all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_REFUSED", "add_parser", "exit_code", "run"]
 
@@ -66,6 +67,19 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help=f"the turn's owner, app/user or 'issuer|subject' (default {DEFAULT_OWNER})",
     )
     parser.add_argument("--turn", default=None, help="the turn id (calls of one turn share files)")
+    parser.add_argument(
+        "--initiator",
+        choices=INITIATOR_KINDS,
+        default="platform",
+        metavar="KIND",
+        help="what started the turn, as plugin tools see it: "
+        f"{', '.join(INITIATOR_KINDS)} (default platform)",
+    )
+    parser.add_argument(
+        "--verified",
+        action="store_true",
+        help="every input of the turn came from a signed-in user or a verified contact",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
@@ -123,7 +137,10 @@ def run(args: argparse.Namespace) -> int:
         except (ConfinementUnavailable, MissingSecret, ConfigError) as exc:
             return _fail(str(exc))
         try:
-            handle = client.submit(args.agent, args.tool, text, owner=owner, turn=args.turn)
+            initiator = Initiator(kind=args.initiator, is_verified_person=args.verified)
+            handle = client.submit(
+                args.agent, args.tool, text, owner=owner, turn=args.turn, initiator=initiator
+            )
         except TransientError as exc:
             return _fail(f"{exc} (nothing ran)")
         try:

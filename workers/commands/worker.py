@@ -1,12 +1,13 @@
-"""`vessel-workers worker sandbox|service`: start a Celery worker of one kind.
+"""`vessel-workers worker sandbox|service|plugin`: start a Celery worker of one kind.
 
 Without `--agents` the worker consumes its kind's shared lane (every agent);
 with `--agents a,b` only the dedicated lanes of those agents. Celery's own
 options pass through: --concurrency, --pool, --hostname, --loglevel.
 
 Exit status: the Celery worker's, or 2 when it refuses to start (invalid
-deployment, unknown agent, no confinement, a missing secret, no broker, a Redis
-that may evict keys).
+deployment, unknown agent, no confinement, a missing secret or plugin setting
+variable, a plugin lock its sources no longer match, no broker, a Redis that may
+evict keys).
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "worker",
         parents=[common],
-        help="start a sandbox or service worker",
+        help="start a sandbox, service or plugin worker",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    parser.add_argument("kind", choices=["sandbox", "service"])
+    parser.add_argument("kind", choices=["sandbox", "service", "plugin"])
     parser.add_argument(
         "--agents", type=_agents, default=(), help="dedicate this worker to these agents (a,b)"
     )
@@ -42,7 +43,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "--concurrency",
         type=int,
         default=None,
-        help="calls at once (default: cores for sandbox, 32 for service)",
+        help="calls at once (default: cores for sandbox, 32 for service, 2x cores for plugin)",
     )
     parser.add_argument(
         "-P", "--pool", default="threads", help="Celery pool (default threads; see README)"
