@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_WORKDIR",
     "ENV_BROKER_URL",
     "ENV_DEPLOYMENT",
+    "ENV_PLUGIN_LOCK_DIR",
     "ENV_RESULT_BACKEND",
     "ENV_WORKSPACE_ROOT",
     "INPUT_MODES",
@@ -137,6 +138,9 @@ SYSTEM_FOLDERS: frozenset[str] = frozenset(
 ENV_DEPLOYMENT = "VESSEL_DEPLOYMENT"
 ENV_BROKER_URL = "VESSEL_BROKER_URL"
 ENV_RESULT_BACKEND = "VESSEL_RESULT_BACKEND"
+#: Where every loader looks for plugin locks (`<dir>/<slug>.lock.json`) when
+#: `check --lock-dir` wrote them away from the plugin folders.
+ENV_PLUGIN_LOCK_DIR = "VESSEL_PLUGIN_LOCK_DIR"
 #: Host folder under which per-turn workspaces are created.
 ENV_WORKSPACE_ROOT = "VESSEL_WORKSPACE_ROOT"
 DEFAULT_DEPLOYMENT_FILE = "deployment.toml"

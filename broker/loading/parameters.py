@@ -20,7 +20,7 @@ from jsonschema.validators import validator_for
 from broker.constants import DEFAULT_PARAMETERS
 from broker.loading.fields import Table, field_path
 
-__all__ = ["read_parameters"]
+__all__ = ["read_parameters", "schema_error"]
 
 # A flag name may not hold "=" (it would end the name early), start with "-"
 # (it would read as another option) or hold spaces or control characters.
@@ -42,7 +42,7 @@ def read_parameters(table: Table, *, args_mode: bool) -> dict[str, Any] | None:
         )
     if len(table.problems) > found:
         return None
-    message = _schema_error(schema, where)
+    message = schema_error(schema, where)
     if message is not None:
         table.problems.add(table.file, message[0], message[1])
         return None
@@ -80,7 +80,7 @@ def _non_json_values(value: Any, where: str) -> Iterator[str]:
         yield where
 
 
-def _schema_error(schema: dict[str, Any], where: str) -> tuple[str, str] | None:
+def schema_error(schema: dict[str, Any], where: str) -> tuple[str, str] | None:
     """(field, message) of the first meta-schema error, or None if the schema is valid."""
     dialect = schema.get("$schema")
     if dialect is not None and not isinstance(dialect, str):

@@ -1,0 +1,175 @@
+// The main thread of one confined runtime process (one per plugin slot).
+//
+// It runs no plugin code itself: each call gets a fresh worker thread
+// (isolate.mjs) with resourceLimits, started BEFORE the call arrives (its
+// sources already evaluated, its registry waiting), used for exactly one call
+// and terminated after it. The next isolate is started as soon as a call ends.
+//
+// Protocol, one JSON object per line: stdin from the worker process, stdout to it.
+//   in:  {op: "call", callId, key, input, context, timeoutMs, keepChars}
+//        {op: "answer", callId, id, value} | {op: "answer", callId, id, error}
+//   out: {op: "host", id, chain, args}    (args: the JSON text of the call's arguments)
+//        {op: "done", ok: true, text, total} | {op: "done", ok: false, kind, message}
+//        {op: "registry", ...}              (register mode, then the process exits)
+//        {op: "probe", vmDataKb}            (probe mode, then the process exits)
+// kind: "error" | "serialize" | "timeout" | "memory" | "load".
+import { Worker } from "node:worker_threads";
+import { readFileSync } from "node:fs";
+import { createInterface } from "node:readline";
+
+const config = JSON.parse(process.argv[2]);
+const { mode, root, sources, heapMb, registerTimeoutMs } = config;
+
+function send(message) {
+  process.stdout.write(`${JSON.stringify(message)}\n`);
+}
+
+function start() {
+  const worker = new Worker(new URL("./isolate.mjs", import.meta.url), {
+    workerData: { mode: mode === "probe" ? "register" : mode, root, sources: mode === "probe" ? [] : sources },
+    resourceLimits: {
+      // The call's heap; ArrayBuffers and everything else are bounded by the
+      // process's RLIMIT_DATA (set by the worker, see workers/plugin/process.py).
+      maxOldGenerationSizeMb: heapMb,
+      maxYoungGenerationSizeMb: Math.min(16, Math.max(2, Math.floor(heapMb / 8))),
+      // 16 MB of JIT code is plenty for a handler; V8's default reserves 512 MB.
+      codeRangeSizeMb: 16,
+      stackSizeMb: 4,
+    },
+    // The handler's console output goes nowhere (host.log is the way to log);
+    // it must never reach this process's stdout, the protocol.
+    stdout: true,
+    stderr: true,
+    env: {},
+    argv: [],
+    execArgv: [],
+  });
+  worker.stdout.resume();
+  worker.stderr.resume();
+  const isolate = { worker, ready: null, call: null, ended: false };
+  isolate.ready = new Promise((resolve) => {
+    isolate.markReady = resolve;
+  });
+  worker.on("message", (message) => onMessage(isolate, message));
+  worker.on("error", (error) => onEnd(isolate, error));
+  worker.on("exit", (code) => onEnd(isolate, null, code));
+  return isolate;
+}
+
+let warm = null;
+let current = null;
+
+function finish(isolate, done) {
+  if (isolate.call === null) return;
+  clearTimeout(isolate.call.timer);
+  isolate.call = null;
+  isolate.ended = true;
+  current = null;
+  send(done);
+  isolate.worker.terminate().catch(() => {});
+  if (done.kind !== "timeout" && done.kind !== "memory") warm = start();
+}
+
+function onMessage(isolate, message) {
+  switch (message.op) {
+    case "ready":
+      isolate.loadError = message.error;
+      isolate.markReady();
+      break;
+    case "host":
+      if (isolate.call !== null) {
+        process.stdout.write(`{"op":"host","id":${Number(message.id)},"chain":${JSON.stringify(String(message.chain))},"args":${message.args}}\n`);
+      }
+      break;
+    case "done":
+      finish(isolate, message);
+      break;
+    case "registry":
+      if (mode === "probe") {
+        // How much the process holds with one isolate up: the worker adds the
+        // call's memory limit to this for its RLIMIT_DATA.
+        const found = readFileSync("/proc/self/status", "utf8").match(/VmData:\s+(\d+) kB/);
+        send({ op: "probe", vmDataKb: found ? Number(found[1]) : null });
+      } else {
+        send({ op: "registry", ...message });
+      }
+      process.exit(0);
+      break;
+    default:
+      break;
+  }
+}
+
+function onEnd(isolate, error, code) {
+  if (mode !== "serve") {
+    const out = mode === "probe" ? "probe" : "registry";
+    if (error && error.code === "ERR_WORKER_OUT_OF_MEMORY") send({ op: out, failed: { kind: "memory", message: String(error.message) } });
+    else send({ op: out, failed: { kind: "error", message: error ? String(error.message) : `the isolate exited (${code})` } });
+    process.exit(0);
+  }
+  if (isolate.call !== null) {
+    if (error && error.code === "ERR_WORKER_OUT_OF_MEMORY") finish(isolate, { op: "done", ok: false, kind: "memory", message: String(error.message) });
+    else if (error) finish(isolate, { op: "done", ok: false, kind: "error", message: error instanceof Error ? String(error.message) : String(error) });
+    else finish(isolate, { op: "done", ok: false, kind: "error", message: `the handler ended its runtime (exit code ${code})` });
+  } else if (!isolate.ended && isolate === warm) {
+    // Died while waiting (its sources threw asynchronously, say): a new one.
+    isolate.ended = true;
+    isolate.markReady();
+    warm = start();
+  }
+}
+
+async function onCall(message) {
+  const isolate = warm;
+  warm = null;
+  const call = { callId: message.callId, timer: null };
+  current = { isolate, callId: message.callId };
+  isolate.call = call;
+  // The time limit counts from the call's arrival, a warm-up still under way included.
+  call.timer = setTimeout(() => {
+    finish(isolate, { op: "done", ok: false, kind: "timeout", message: "timed out" });
+  }, message.timeoutMs);
+  await isolate.ready;
+  if (isolate.call !== call) return;
+  if (isolate.ended) {
+    finish(isolate, { op: "done", ok: false, kind: "error", message: "the plugin's runtime ended before the call" });
+    return;
+  }
+  if (isolate.loadError) {
+    finish(isolate, { op: "done", ok: false, kind: "load", message: isolate.loadError });
+    return;
+  }
+  isolate.worker.postMessage({
+    op: "call",
+    key: message.key,
+    input: message.input,
+    context: message.context,
+    keepChars: message.keepChars,
+  });
+}
+
+if (mode === "probe" || mode === "register") {
+  start();
+  setTimeout(() => {
+    send({ op: "registry", failed: { kind: "timeout", message: "timed out" } });
+    process.exit(0);
+  }, registerTimeoutMs ?? 10000).unref();
+} else {
+  warm = start();
+  const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
+  lines.on("line", (line) => {
+    let message;
+    try {
+      message = JSON.parse(line);
+    } catch {
+      return;
+    }
+    if (message.op === "call" && current === null && warm !== null) {
+      onCall(message);
+    } else if (message.op === "answer" && current !== null && message.callId === current.callId) {
+      const answer = "error" in message ? { op: "answer", id: message.id, error: String(message.error) } : { op: "answer", id: message.id, value: message.value };
+      current.isolate.worker.postMessage(answer);
+    }
+  });
+  lines.on("close", () => process.exit(0));
+}
