@@ -1,7 +1,8 @@
 """Checking the model's arguments before anything runs (seeds 000 and 001).
 
 The same rules for declared and service tools: a JSON object, valid against the
-tool's `parameters`. A refusal raises `RefusedCall` with the text the model sees.
+tool's `parameters`. Plugin tools (seed 002) get any JSON object: their
+handler is told the input is not validated against the schema. A refusal raises `RefusedCall` with the text the model sees.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 import jsonschema
 
 from broker.errors import RefusedCall
-from broker.model import DeclaredTool, Tool
+from broker.model import DeclaredTool, PluginTool, Tool
 
 __all__ = ["args_flags", "parse_arguments"]
 
@@ -36,6 +37,10 @@ def parse_arguments(tool: Tool, raw: object) -> dict[str, Any]:
             raise _not_an_object(tool.name) from None
     if not isinstance(value, dict):
         raise _not_an_object(tool.name)
+    if isinstance(tool, PluginTool):
+        # Seed 002: the handler gets the model's object as it is, not checked
+        # against the schema ("check what you depend on").
+        return value
     validator = jsonschema.Draft202012Validator(dict(tool.parameters))
     error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     if error is not None:
