@@ -3,7 +3,7 @@
 // It runs no plugin code itself: each call gets a fresh worker thread
 // (isolate.mjs) with resourceLimits, started BEFORE the call arrives (its
 // sources already evaluated, its registry waiting), used for exactly one call
-// and terminated after it. The next isolate is started as soon as a call ends.
+// and terminated after it. The next isolate is started as soon as a call begins.
 //
 // Protocol, one JSON object per line: stdin from the worker process, stdout to it.
 //   in:  {op: "call", callId, key, input, context, timeoutMs, keepChars}
@@ -58,6 +58,7 @@ function start() {
 
 let warm = null;
 let current = null;
+let probed = 0;
 
 function finish(isolate, done) {
   if (isolate.call === null) return;
@@ -67,7 +68,6 @@ function finish(isolate, done) {
   current = null;
   send(done);
   isolate.worker.terminate().catch(() => {});
-  if (done.kind !== "timeout" && done.kind !== "memory") warm = start();
 }
 
 function onMessage(isolate, message) {
@@ -85,6 +85,7 @@ function onMessage(isolate, message) {
       finish(isolate, message);
       break;
     case "registry":
+      if (mode === "probe" && ++probed < 2) break;
       if (mode === "probe") {
         // How much the process holds with one isolate up: the worker adds the
         // call's memory limit to this for its RLIMIT_DATA.
@@ -111,17 +112,21 @@ function onEnd(isolate, error, code) {
     if (error && error.code === "ERR_WORKER_OUT_OF_MEMORY") finish(isolate, { op: "done", ok: false, kind: "memory", message: String(error.message) });
     else if (error) finish(isolate, { op: "done", ok: false, kind: "error", message: error instanceof Error ? String(error.message) : String(error) });
     else finish(isolate, { op: "done", ok: false, kind: "error", message: `the handler ended its runtime (exit code ${code})` });
-  } else if (!isolate.ended && isolate === warm) {
-    // Died while waiting (its sources threw asynchronously, say): a new one.
+  } else if (!isolate.ended) {
+    // Died while waiting (its sources threw asynchronously, say): the call that
+    // takes it fails with why; no restart loop (the next call starts a new one).
     isolate.ended = true;
+    const why = error && error.code === "ERR_WORKER_OUT_OF_MEMORY" ? "ran out of memory" : error ? String(error.message) : `exited (${code})`;
+    if (!isolate.loadError) isolate.loadError = `the sources failed after loading: ${why}`;
     isolate.markReady();
-    warm = start();
   }
 }
 
 async function onCall(message) {
   const isolate = warm;
-  warm = null;
+  // The next call's isolate starts now, while this one runs (the probe counts
+  // two isolates for the process's memory limit).
+  warm = start();
   const call = { callId: message.callId, timer: null };
   current = { isolate, callId: message.callId };
   isolate.call = call;
@@ -131,10 +136,6 @@ async function onCall(message) {
   }, message.timeoutMs);
   await isolate.ready;
   if (isolate.call !== call) return;
-  if (isolate.ended) {
-    finish(isolate, { op: "done", ok: false, kind: "error", message: "the plugin's runtime ended before the call" });
-    return;
-  }
   if (isolate.loadError) {
     finish(isolate, { op: "done", ok: false, kind: "load", message: isolate.loadError });
     return;
@@ -150,6 +151,7 @@ async function onCall(message) {
 
 if (mode === "probe" || mode === "register") {
   start();
+  if (mode === "probe") start();
   setTimeout(() => {
     send({ op: "registry", failed: { kind: "timeout", message: "timed out" } });
     process.exit(0);
