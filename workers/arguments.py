@@ -2,7 +2,8 @@
 
 The same rules for declared and service tools: a JSON object, valid against the
 tool's `parameters`. Plugin tools (seed 002) get any JSON object: their
-handler is told the input is not validated against the schema. A refusal raises `RefusedCall` with the text the model sees.
+handler is told the input is not validated against the schema. A refusal
+raises `RefusedCall` with the text the model sees.
 """
 
 from __future__ import annotations

@@ -62,9 +62,9 @@ __all__ = [
     "DEFAULT_CONCURRENCY",
     "WorkerOptions",
     "build_executor",
-    "check_plugin_locks",
     "build_runtime",
     "check_eviction_policy",
+    "check_plugin_locks",
     "embedded_client",
     "lanes_for",
     "run_worker",
@@ -113,12 +113,16 @@ def check_plugin_locks(deployment: Deployment) -> None:
         try:
             registration = register_sources(plugin.package_dir, plugin.sources)
         except OSError as exc:
-            raise ConfigError(f"plugin {slug!r}: the plugin runtime cannot run here: {exc}") from exc
+            raise ConfigError(
+                f"plugin {slug!r}: the plugin runtime cannot run here: {exc}"
+            ) from exc
         published = publish(plugin_file, registration)
         try:
             recorded = json.loads(plugin.lock_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"plugin {slug!r}: its lock cannot be read ({exc}); run {command}")
+            raise ConfigError(
+                f"plugin {slug!r}: its lock cannot be read ({exc}); run {command}"
+            ) from None
         if published.lock is None or published.lock.to_json() != recorded:
             raise ConfigError(
                 f"plugin {slug!r}: its sources, run here, do not register what "

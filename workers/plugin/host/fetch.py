@@ -64,9 +64,12 @@ from workers.service.reading import (
 from workers.service.transport import SocketOption, build_transport, watching
 
 __all__ = [
+    "MAX_HEADERS",
+    "MAX_HEADER_BYTES",
     "MAX_REQUEST_BYTES",
     "MAX_RESPONSE_BYTES",
     "METHODS",
+    "USER_AGENT",
     "Fetcher",
 ]
 
