@@ -15,11 +15,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from broker.request import Initiator
 
-from .conftest import CLUSTER_ENV, REPO, Cluster, Recorder, serve, start_redis
+from .conftest import CLUSTER_ENV, REPO, Cluster, Recorder, free_port, serve, start_redis
 
 pytestmark = [
     pytest.mark.cluster,
@@ -119,7 +120,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         url=url, deployment_path=deployment, env=env, recorder=recorder, workspaces=workspaces
     )
     try:
-        plugin = found.start_worker("plugin", "--concurrency", "4", name="plug1", wait=False)
+        metrics = free_port()
+        env["PROBE_METRICS_PORT"] = str(metrics)
+        plugin = found.start_worker(
+            "plugin", "--concurrency", "4", "--metrics-port", str(metrics), name="plug1", wait=False
+        )
         box = found.start_worker("sandbox", "--concurrency", "2", name="box1", wait=False)
         found.wait_registered("plug1", plugin)
         found.wait_registered("box1", box)
@@ -214,3 +219,14 @@ def test_a_declared_tool_of_the_turn_reads_what_the_plugin_wrote(cluster: Cluste
     assert read.outcome == "ok", read.output
     assert read.output.strip() == "seen at the weir"
     client.close()
+
+
+def test_plugin_calls_are_counted_with_kind_plugin(cluster: Cluster) -> None:
+    client = cluster.client()
+    assert client.call("plug-a", "probe__echo", {}, owner="web/alice", timeout=30).outcome == "ok"
+    client.close()
+    port = cluster.env["PROBE_METRICS_PORT"]
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    assert (
+        'vessel_calls_total{agent="plug-a",kind="plugin",outcome="ok",tool="probe__echo"}' in text
+    )
