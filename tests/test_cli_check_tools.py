@@ -12,7 +12,7 @@ from workers.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / ".venv" / "bin" / "vessel-workers"
-VALID = "examples/deployment.toml: 2 agents, 3 tools: valid\n"
+VALID = "examples/deployment.toml: 2 agents, 8 tools, 1 plugin: valid\n"
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +68,7 @@ def test_check_defaults_to_deployment_toml_here(
 ) -> None:
     monkeypatch.chdir(REPO / "examples")
     assert main(["check"]) == 0
-    assert capsys.readouterr().out == "deployment.toml: 2 agents, 3 tools: valid\n"
+    assert capsys.readouterr().out == "deployment.toml: 2 agents, 8 tools, 1 plugin: valid\n"
 
 
 def test_tools_prints_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:

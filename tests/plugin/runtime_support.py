@@ -33,6 +33,8 @@ class Bridge:
         self.settings = dict(settings or {})
         self.secret = secret
         self.calls: list[tuple[str, str, list[Any]]] = []
+        self.written: list[Any] = []
+        self.fetch_body = ""
         self._logs: dict[str, list[dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
@@ -56,6 +58,13 @@ class Bridge:
             return None
         if chain == "echo.back":
             return args
+        if chain == "fetch":
+            # A stand-in forecast service's answer (the real fetch is the worker's).
+            return {"status": 200, "headers": {}, "body": self.fetch_body}
+        if chain == "workspace.write":
+            with self._lock:
+                self.written.append(args[0])
+            return None
         if chain == "fail.now":
             raise HostFailed("host.fail.now: it failed, as asked")
         raise HostRefused(f"host.{chain}: not available in this test bridge")

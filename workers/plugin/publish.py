@@ -108,9 +108,13 @@ def _tool(check: _Check, entry: Mapping[str, Any], listed: list[str]) -> LockedT
     if kind != "object":
         check.add(source, where, f"must be an object {{ description, handler, ... }}, not {kind}")
         return None
+    threw = False
     for name in ("description", "handler", "parameters", "alwaysListed", "deferred"):
         if "error" in _described(entry, name):
             check.add(source, field_path(where, name), f"reading it threw: {entry[name]['error']}")
+            threw = True
+    if threw:
+        return None
     description = _described(entry, "description")
     text = description.get("value")
     if description.get("type") == "undefined":

@@ -11,6 +11,8 @@ registered each key); the rules are applied by `publish.py`.
 
 from __future__ import annotations
 
+import atexit
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +63,26 @@ class Registration:
     permissions: tuple[str, ...] = field(default=())
 
 
+@functools.lru_cache(maxsize=4)
+def _probed(node: Path, stage: Path) -> int:
+    probe = Confinement(node=node, stage=stage, data_bytes=_PROBE_DATA_BYTES)
+    return probe_data_bytes(probe, heap_mb=PLUGIN_MEMORY_LIMIT_MB)
+
+
+def _base_data_bytes(node: Path, stage: Path) -> int:
+    """The probe's figure for `node`, measured once per process (it does not depend on
+    the plugin: the probe loads no source)."""
+    return _probed(node, _probe_stage())
+
+
+@functools.lru_cache(maxsize=1)
+def _probe_stage() -> Path:
+    # An empty stage kept for the process's life (the probe runs no plugin code).
+    stage = make_stage(Path("/"), ())
+    atexit.register(remove_stage, stage)
+    return stage
+
+
 def register_sources(plugin_dir: Path, sources: Sequence[str]) -> Registration:
     """Run the sources of the plugin in `plugin_dir`, confined; OSError if no runtime can run."""
     texts = [(plugin_dir / s).read_text(encoding="utf-8", errors="replace") for s in sources]
@@ -68,8 +90,7 @@ def register_sources(plugin_dir: Path, sources: Sequence[str]) -> Registration:
     stage = make_stage(plugin_dir, sources)
     try:
         node = node_binary()
-        probe = Confinement(node=node, stage=stage, data_bytes=_PROBE_DATA_BYTES)
-        base = probe_data_bytes(probe, heap_mb=PLUGIN_MEMORY_LIMIT_MB)
+        base = _base_data_bytes(node, stage)
         confinement = Confinement(
             node=node,
             stage=stage,

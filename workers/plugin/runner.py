@@ -361,6 +361,8 @@ class PluginRunner:
                 continue
             op = message.get("op")
             if op == "done":
+                if message.get("callId") != context.call_id:
+                    continue  # a stale line (an earlier call's): never this call's end
                 return message
             if op == "host":
                 self._host_pool.submit(self._answer, process, context, message)

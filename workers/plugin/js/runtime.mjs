@@ -42,7 +42,8 @@ function start() {
     stderr: true,
     env: {},
     argv: [],
-    execArgv: [],
+    // No execArgv here: an explicit one (even []) drops the parent's
+    // --permission flags, and the isolate would run without the permission model.
   });
   worker.stdout.resume();
   worker.stderr.resume();
@@ -62,6 +63,8 @@ let probed = 0;
 
 function finish(isolate, done) {
   if (isolate.call === null) return;
+  // Tagged here, by the main thread: a late or stray line never ends another call.
+  done.callId = isolate.call.callId;
   clearTimeout(isolate.call.timer);
   isolate.call = null;
   isolate.ended = true;
