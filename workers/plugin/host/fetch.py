@@ -329,7 +329,10 @@ class Fetcher:
         except httpx.HTTPError as exc:
             if context.cancel.is_set():
                 raise HostFailed("host.fetch failed: the call was cancelled") from None
-            raise HostFailed(f"host.fetch failed: {what}: {type(exc).__name__}") from None
+            # The reason names nothing of the host: a refused connect, a
+            # certificate that does not match the name, a reset.
+            reason = str(exc)[:200] or type(exc).__name__
+            raise HostFailed(f"host.fetch failed: {what}: {reason}") from None
         response_headers = _joined(response.headers)
         response_headers.pop("content-encoding", None)  # undone above
         if "content-length" in response_headers:
