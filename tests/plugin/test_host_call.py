@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES, REPO, free_port
 
-from broker.errors import ConfigError
+from broker.errors import ConfigError, MissingSecret
 from broker.loading import load_deployment
-from workers.worker import check_plugin_locks
+from broker.request import CallRequest
+from workers.worker import build_executor, check_plugin_locks
 
 PROBE = """\
 globalThis.tools.echo = {
@@ -26,11 +27,18 @@ globalThis.tools.echo = {
   parameters: { type: "object", properties: { n: { type: "number" } }, required: ["n"] },
   handler: (input, context) => ({ input, initiator: context.initiator }),
 };
+
+globalThis.tools.secret = {
+  description: "Return a setting that comes from the environment.",
+  handler: async () => ({ key: await host.settings.get("key") }),
+};
 """
+SECRET = "k-0123456789abcdef"
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("VESSEL_")}
+    environ["PROBE_KEY"] = SECRET
     environ.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "workers.cli", *args],
@@ -122,7 +130,7 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (plugin / "src" / "probe.js").write_text(PROBE)
     deployment = folder / "deployment.toml"
     deployment.write_text(
-        '[[plugins]]\npackage = "plugins/probe"\n\n'
+        '[[plugins]]\npackage = "plugins/probe"\n[plugins.settings]\nkey = "env:PROBE_KEY"\n\n'
         '[[agents]]\nid = "records"\npackage = "records"\n'
         '[agents.services.records]\nurl = "http://127.0.0.1:9"\n'
     )
@@ -171,3 +179,32 @@ def test_a_plugin_worker_refuses_a_lock_its_sources_do_not_match(
     edited = load_deployment(folder / "deployment.toml")
     with pytest.raises(ConfigError, match=r"do not register what plugin\.lock\.json records"):
         check_plugin_locks(edited)
+
+
+@pytest.mark.hostile
+def test_only_plugin_workers_hold_the_settings_secrets_and_results_redact_them(
+    probe: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deployment = load_deployment(probe)
+    monkeypatch.delenv("PROBE_KEY", raising=False)
+    # A sandbox worker never reads the plugins' settings: it starts without the variable.
+    sandbox, _ = build_executor(deployment, "sandbox")
+    assert sandbox.sandbox is not None
+    sandbox.sandbox.close()
+    with pytest.raises(MissingSecret, match="PROBE_KEY") as caught:
+        build_executor(deployment, "plugin")
+    assert SECRET not in str(caught.value)
+    monkeypatch.setenv("PROBE_KEY", SECRET)
+    executor, _ = build_executor(deployment, "plugin")
+    try:
+        result = executor.run(
+            CallRequest(
+                call_id="c-secret", agent="records", tool="probe__secret", arguments={}, owner="a/b"
+            )
+        )
+    finally:
+        assert executor.plugin is not None
+        executor.plugin.close()
+        executor.plugin.bridge.close()
+    assert result.outcome == "ok", result.output
+    assert json.loads(result.output) == {"key": "[redacted]"}
