@@ -113,6 +113,25 @@ _TLS_POOLS = 64
 _RESOLVERS = 8
 
 
+#: Loggers that could print a URL or a header (a plugin's API key) below WARNING.
+_LIBRARY_LOGGERS = ("httpx", "httpcore.connection", "httpcore.http11", "httpcore.proxy")
+
+
+class _BelowWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+def _quiet_library_logs() -> None:
+    # A plugin worker holds the plugins' secrets, which handlers put in URLs and
+    # headers: httpx's INFO line and httpcore's DEBUG lines never reach a
+    # handler, whatever level an operator turns on (as in service workers).
+    for name in _LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _BelowWarning) for f in logger.filters):
+            logger.addFilter(_BelowWarning())
+
+
 def _no_cookies() -> CookieJar:
     # An empty allow-list refuses every domain: Set-Cookie is dropped, and no
     # Cookie header is added (one the handler writes itself is sent as written).
@@ -212,6 +231,7 @@ class Fetcher:
     """`host.fetch` for every call of a worker process; thread-safe, one httpx client."""
 
     def __init__(self) -> None:
+        _quiet_library_logs()
         self._transport = _PoolPerName()
         self._client = httpx.Client(
             transport=self._transport,
