@@ -210,3 +210,31 @@ def test_a_source_changed_after_the_lock_is_refused_not_run(tmp_path: Path) -> N
     assert "src/demo.ts changed since the lock was written; run vessel-workers check" in (
         result.output
     )
+
+
+def test_calls_at_once_each_get_their_own_answer(call: Calls) -> None:
+    results: dict[int, str] = {}
+
+    def run(i: int) -> None:
+        results[i] = call("demo__value", {"value": i}).output
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {i: str(i) for i in range(6)}
+
+
+@pytest.mark.hostile
+def test_a_flood_of_host_calls_is_bounded(call: Calls) -> None:
+    import json
+
+    from workers.plugin.runner import MAX_HOST_CALLS, MAX_PENDING_HOST_CALLS
+
+    result = call("demo__flood")
+    assert not result.is_error, result.output
+    found = json.loads(result.output)
+    assert MAX_PENDING_HOST_CALLS <= found["ok"] <= MAX_HOST_CALLS
+    assert f"host: at most {MAX_PENDING_HOST_CALLS} host calls may wait at once" in found["refused"]
+    assert call("demo__text").output == '"hello"'

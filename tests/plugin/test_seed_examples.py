@@ -82,3 +82,35 @@ def test_both_examples_run_through_the_runner(deployment_file: Path) -> None:
     assert url.startswith("https://api.open-meteo.com/v1/forecast?latitude=52.5&longitude=13.4")
     assert (saved.is_error, saved.output) == (False, '{"saved":"notes/shopping-list-.md"}')
     assert bridge.written == [{"path": "notes/shopping-list-.md", "content": "eggs"}]
+
+
+def test_a_worker_start_check_finds_a_lock_that_no_longer_matches(deployment_file: Path) -> None:
+    from workers.plugin.publish import lock_mismatch
+
+    assert main(["check", "-d", "deployment.toml"]) == 0
+    deployment = load_deployment("deployment.toml")
+    assert lock_mismatch(deployment.plugins["weather"]) is None
+    lock = deployment_file.parent / "weather" / "plugin.lock.json"
+    data = json.loads(lock.read_text())
+    data["tools"][0]["description"] = "Something else."
+    data["permissions"] = ["host:fetch", "host:llm"]
+    lock.write_text(json.dumps(data))
+    changed = load_deployment("deployment.toml").plugins["weather"]
+    assert (
+        lock_mismatch(changed)
+        == "the sources derive ['host:fetch'], the lock ['host:fetch', 'host:llm']"
+    )
+
+
+def test_check_lock_dir_and_the_loaders_environment(
+    deployment_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    locks = deployment_file.parent / "locks"
+    assert main(["check", "--lock-dir", str(locks), "-d", "deployment.toml"]) == 0
+    assert sorted(p.name for p in locks.iterdir()) == ["notes.lock.json", "weather.lock.json"]
+    assert not (deployment_file.parent / "weather" / "plugin.lock.json").exists()
+    capsys.readouterr()
+    assert main(["tools", "guide", "-d", "deployment.toml"]) == 1
+    assert "no lock: the plugin was not checked" in capsys.readouterr().err
+    monkeypatch.setenv("VESSEL_PLUGIN_LOCK_DIR", str(locks))
+    assert main(["tools", "guide", "-d", "deployment.toml"]) == 0

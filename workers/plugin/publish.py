@@ -37,13 +37,14 @@ from broker.constants import (
 )
 from broker.errors import Problem
 from broker.loading.egress import egress_problem
-from broker.loading.fields import field_path
+from broker.loading.fields import Problems, field_path
 from broker.loading.lock import Lock, LockedTool, sources_sha256
 from broker.loading.parameters import schema_error
-from broker.loading.plugin import PluginFile, limit_problems, plugin_limits
-from workers.plugin.registration import Registration
+from broker.loading.plugin import PluginFile, limit_problems, plugin_limits, read_plugin_file
+from broker.model import Plugin
+from workers.plugin.registration import Registration, register_sources
 
-__all__ = ["MANIFEST_KEYS", "Published", "publish"]
+__all__ = ["MANIFEST_KEYS", "Published", "lock_mismatch", "publish"]
 
 MANIFEST_KEYS = frozenset({"egress"})
 
@@ -284,3 +285,40 @@ def publish(plugin: PluginFile, registration: Registration) -> Published:
         dropped=tuple(dropped),
     )
     return Published(lock=lock, warnings=tuple(check.warnings))
+
+
+def lock_mismatch(plugin: Plugin) -> str | None:
+    """Why the plugin's sources, run now, no longer register what its lock says; None if they do.
+
+    A plugin worker calls this at start for each plugin and refuses to start on
+    a mismatch (issue 16: "plugin workers run the registration themselves at
+    start and refuse a lock that does not match"). Raises OSError if no runtime
+    can run here.
+    """
+    problems = Problems()
+    plugin_file = read_plugin_file(
+        plugin.package_dir, shown=str(plugin.package_dir), problems=problems
+    )
+    if plugin_file is None:
+        return "; ".join(str(p) for p in problems.as_list())
+    published = publish(plugin_file, register_sources(plugin.package_dir, plugin.sources))
+    if published.lock is None:
+        return "; ".join(str(p) for p in published.problems)
+    lock = published.lock
+    if lock.permissions != plugin.permissions:
+        return f"the sources derive {list(lock.permissions)}, the lock {list(plugin.permissions)}"
+    if lock.egress != plugin.egress:
+        return f"the sources' egress is {list(lock.egress)}, the lock's {list(plugin.egress)}"
+    found = {t.name: t for t in lock.tools}
+    if list(found) != list(plugin.tools):
+        return f"the sources register {list(found)}, the lock {list(plugin.tools)}"
+    for name, tool in plugin.tools.items():
+        now = found[name]
+        if (now.description, dict(now.parameters), now.always_listed, now.deferred) != (
+            tool.description,
+            dict(tool.parameters),
+            tool.always_listed,
+            tool.deferred,
+        ):
+            return f"{name} is registered differently than the lock says"
+    return None

@@ -50,16 +50,29 @@ from workers.plugin.process import (
     RuntimeProcess,
     probe_data_bytes,
 )
-from workers.plugin.stage import make_stage, node_binary, remove_stage
+from workers.plugin.stage import make_stage, node_binary, remove_stage, remove_stale_stages
 from workers.result import ToolResult
 from workers.sandbox.limits import MIB
 from workers.sandbox.runner import timed_out_text
 from workers.service.redact import Redactor
 
-__all__ = ["HOST_THREADS", "KILL_GRACE_SECONDS", "PluginRunner", "memory_text"]
+__all__ = [
+    "HOST_THREADS",
+    "KILL_GRACE_SECONDS",
+    "MAX_HOST_CALLS",
+    "MAX_PENDING_HOST_CALLS",
+    "PluginRunner",
+    "memory_text",
+]
 
 #: Host calls answered at once per runner (a handler may await several fetches).
 HOST_THREADS = 16
+#: Host calls of one call waiting for an answer at once: beyond this a call is
+#: refused at once (a loop of un-awaited host calls would otherwise queue
+#: without bound in the worker).
+MAX_PENDING_HOST_CALLS = 64
+#: Host calls of one call in all: 10,000 is far beyond any handler's need.
+MAX_HOST_CALLS = 10_000
 #: The runtime enforces the time limit itself (it ends the isolate); the
 #: worker kills the whole process if no answer came this long after it.
 KILL_GRACE_SECONDS = 2.0
@@ -76,6 +89,30 @@ _T = TypeVar("_T")
 
 def memory_text(limit_mb: int) -> str:
     return f"[memory limit of {limit_mb} MB reached]"
+
+
+class _HostCounts:
+    """The host calls of one plugin call: how many wait, how many there were."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.pending = 0
+        self.total = 0
+
+    def admit(self) -> str | None:
+        """None if one more host call may go to the bridge, else why not."""
+        with self._lock:
+            if self.total >= MAX_HOST_CALLS:
+                return f"host: a call may make at most {MAX_HOST_CALLS} host calls"
+            if self.pending >= MAX_PENDING_HOST_CALLS:
+                return f"host: at most {MAX_PENDING_HOST_CALLS} host calls may wait at once"
+            self.total += 1
+            self.pending += 1
+            return None
+
+    def done(self) -> None:
+        with self._lock:
+            self.pending -= 1
 
 
 class _Spawner:
@@ -137,6 +174,7 @@ class PluginRunner:
             max_workers=HOST_THREADS, thread_name_prefix="vessel-plugin-host"
         )
         if deployment.plugins:
+            remove_stale_stages()
             self._prepare(warm=warm)
 
     # --- set-up ------------------------------------------------------------
@@ -344,6 +382,7 @@ class PluginRunner:
             return {"kind": "lost", "message": "the runtime process ended before the call"}
         process.calls += 1
         hard_deadline = context.deadline + KILL_GRACE_SECONDS
+        counts = _HostCounts()
         while True:
             if cancel is not None and cancel.is_set():
                 return {"kind": "cancelled"}
@@ -365,7 +404,11 @@ class PluginRunner:
                     continue  # a stale line (an earlier call's): never this call's end
                 return message
             if op == "host":
-                self._host_pool.submit(self._answer, process, context, message)
+                refusal = counts.admit()
+                if refusal is None:
+                    self._host_pool.submit(self._answer, process, context, message, counts)
+                else:
+                    self._refuse(process, context, message, refusal)
 
     def _lost(self, process: RuntimeProcess, context: HostContext) -> dict[str, Any]:
         """The process died mid-call: out of memory (the usual cause) or killed from inside."""
@@ -383,7 +426,27 @@ class PluginRunner:
             return {"kind": "memory"}
         return {"kind": "lost", "message": "the plugin's runtime ended during the call"}
 
+    def _refuse(
+        self, process: RuntimeProcess, context: HostContext, message: dict[str, Any], why: str
+    ) -> None:
+        answer = {"op": "answer", "callId": context.call_id, "id": message.get("id"), "error": why}
+        with contextlib.suppress(RuntimeEnded, ValueError, TypeError):
+            process.send(answer)
+
     def _answer(
+        self,
+        process: RuntimeProcess,
+        context: HostContext,
+        message: dict[str, Any],
+        counts: _HostCounts,
+    ) -> None:
+        """Answer one `host.<chain>(...)`, then count it as answered."""
+        try:
+            self._answer_one(process, context, message)
+        finally:
+            counts.done()
+
+    def _answer_one(
         self, process: RuntimeProcess, context: HostContext, message: dict[str, Any]
     ) -> None:
         """Answer one `host.<chain>(...)` with the bridge's value or its refusal."""

@@ -20,14 +20,26 @@ import secrets
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["JS_DIR", "StageError", "make_stage", "node_binary", "remove_stage"]
+__all__ = [
+    "JS_DIR",
+    "StageError",
+    "make_stage",
+    "node_binary",
+    "remove_stage",
+    "remove_stale_stages",
+]
 
 #: The runtime's own scripts, shipped in the wheel (pyproject package-data).
 JS_DIR = Path(__file__).parent / "js"
 _RUNTIME_FILES = ("runtime.mjs", "isolate.mjs")
+_PREFIX = "vessel-plugin-"
+#: A stage of a dead pid is removed only once this old: the pid may be another
+#: pid namespace's (workers in containers sharing /tmp).
+_STALE_STAGE_SECONDS = 3600.0
 
 
 class StageError(OSError):
@@ -81,7 +93,7 @@ def make_stage(
 
     `sha256` None (the publish check) copies the sources as they are.
     """
-    stage = Path(tempfile.mkdtemp(prefix="vessel-plugin-"))
+    stage = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
     try:
         os.chmod(stage, 0o755)  # noqa: S103 (read by the runtime's uid; holds no secret)
         runtime = stage / "runtime"
@@ -117,3 +129,18 @@ def make_stage(
 def remove_stage(stage: Path) -> None:
     with contextlib.suppress(OSError):
         shutil.rmtree(stage)
+
+
+def remove_stale_stages() -> None:
+    """Remove stages left by worker processes gone for a while (best effort)."""
+    with contextlib.suppress(OSError):
+        for entry in Path(tempfile.gettempdir()).iterdir():
+            owner = entry.name.removeprefix(_PREFIX).split("-")[0]
+            if not entry.name.startswith(_PREFIX) or not owner.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{owner}").exists():
+                    continue
+                if time.time() - entry.lstat().st_mtime < _STALE_STAGE_SECONDS:
+                    continue
+                shutil.rmtree(entry, ignore_errors=True)

@@ -10,9 +10,15 @@
 // {op: "done", ...}, {op: "registry", ...}. Host answers come back as
 // {op: "answer", id, value} or {op: "answer", id, error}.
 import { parentPort, workerData } from "node:worker_threads";
+import { createRequire } from "node:module";
+import { dirname } from "node:path";
 import { pathToFileURL } from "node:url";
+import vm from "node:vm";
 
-const { mode, root, sources } = workerData;
+const { mode, root } = workerData;
+// [{source, kind: "cjs", code} | {source, kind: "import"}], prepared by runtime.mjs.
+const prepared = workerData.sources;
+const sources = prepared.map((p) => p.source);
 const NOT_NOW = "the host API is not available while registering";
 // A member name: an identifier. Anything else ("a.b", "", symbols) would let a
 // built name read as another chain; the bridge checks the chain it gets as is.
@@ -86,10 +92,19 @@ const registeredBy = new Map();
 let manifestBy = null;
 
 async function load() {
-  for (const source of sources) {
+  for (const { source, kind, code } of prepared) {
     const before = globalThis.manifest;
+    const filename = `${root}/${source}`;
     try {
-      await import(pathToFileURL(`${root}/${source}`).href);
+      if (kind === "cjs") {
+        // What Node's CommonJS loader does with the file, minus the loader.
+        const params = ["exports", "require", "module", "__filename", "__dirname"];
+        const run = vm.compileFunction(code, params, { filename });
+        const module = { exports: {} };
+        run.call(module.exports, module.exports, createRequire(filename), module, filename, dirname(filename));
+      } else {
+        await import(pathToFileURL(filename).href);
+      }
     } catch (error) {
       const at = where(error);
       return { source, file: at ? at.file : source, line: at ? at.line : null, message: describe(error) };
