@@ -230,3 +230,25 @@ def test_plugin_calls_are_counted_with_kind_plugin(cluster: Cluster) -> None:
     assert (
         'vessel_calls_total{agent="plug-a",kind="plugin",outcome="ok",tool="probe__echo"}' in text
     )
+
+
+def test_a_plugin_worker_refuses_to_start_without_a_settings_variable(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    text = cluster.deployment_path.read_text().replace(
+        "\n\n[[agents]]", '\n[plugins.settings]\napi_key = "env:PROBE_API_KEY"\n\n[[agents]]', 1
+    )
+    edited = cluster.deployment_path.with_name("deployment-secret.toml")
+    edited.write_text(text)
+    env = {k: v for k, v in cluster.env.items() if k != "PROBE_API_KEY"}
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "worker", "plugin", "-d", str(edited)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "PROBE_API_KEY is not set" in done.stderr
+    assert "'api_key'" in done.stderr
