@@ -33,6 +33,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,23 @@ _T = TypeVar("_T")
 
 def memory_text(limit_mb: int) -> str:
     return f"[memory limit of {limit_mb} MB reached]"
+
+
+def _shut_down(
+    slots: dict[str, _Slots],
+    spawner: _Spawner,
+    host_pool: concurrent.futures.ThreadPoolExecutor,
+    stages: list[Path],
+) -> None:
+    idle = [p for s in slots.values() for p in s.idle]
+    for each in slots.values():
+        each.idle.clear()
+    for process in idle:
+        process.kill()
+    spawner.close()
+    host_pool.shutdown(wait=False, cancel_futures=True)
+    for stage in stages:
+        remove_stage(stage)
 
 
 class _HostCounts:
@@ -176,6 +194,10 @@ class PluginRunner:
         if deployment.plugins:
             remove_stale_stages()
             self._prepare(warm=warm)
+        # A runner dropped without close() still kills its processes.
+        self._finalizer = weakref.finalize(
+            self, _shut_down, self._slots, self._spawner, self._host_pool, self._stages
+        )
 
     # --- set-up ------------------------------------------------------------
 
@@ -274,15 +296,7 @@ class PluginRunner:
         """Kill every runtime process and remove the stages (idempotent)."""
         with self._lock:
             self._closed = True
-            idle = [p for s in self._slots.values() for p in s.idle]
-            for slots in self._slots.values():
-                slots.idle.clear()
-        for process in idle:
-            process.kill()
-        self._spawner.close()
-        self._host_pool.shutdown(wait=False, cancel_futures=True)
-        for stage in self._stages:
-            remove_stage(stage)
+        self._finalizer()
 
     # --- the call ------------------------------------------------------------
 
