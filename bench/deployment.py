@@ -4,28 +4,46 @@ One agent package shared by every agent (a `/bin/true` tool, a small Python
 tool and a service tool), a data folder mounted at the workdir, and a
 `deployment.toml` naming 1 or 1,000 agents. All agents point at the same local
 HTTP server (`bench.httpd`).
+
+The plugin deployment (`write_plugin_deployment`) is one agent of the same
+package with the trivial plugin installed: slug `trivial`, one tool `one`
+whose handler returns 1 (`trivial__one`), its lock written by
+`vessel-workers check` (which runs the publish check).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
     "ECHO_SCRIPT",
+    "PLUGIN_SOURCE",
     "TOOL_ECHO",
+    "TOOL_ONE",
     "TOOL_PING",
     "TOOL_TRUE",
     "BenchDeployment",
     "agent_ids",
     "write_deployment",
     "write_package",
+    "write_plugin_deployment",
 ]
 
 TOOL_TRUE = "noop"
 TOOL_ECHO = "echo"
 TOOL_PING = "ping"
+#: The trivial plugin's tool, by its final name.
+TOOL_ONE = "trivial__one"
+PLUGIN_SOURCE = """\
+globalThis.tools.one = {
+  description: "Returns 1 (measures the plugin runtime itself).",
+  handler: () => 1,
+};
+"""
 SERVICE_NAME = "records"
 #: The small Python tool: reads the JSON request, writes it back.
 ECHO_SCRIPT = (
@@ -106,4 +124,40 @@ def write_deployment(folder: Path, *, agents: int, service_url: str) -> BenchDep
         )
     path = folder / "deployment.toml"
     path.write_text("\n".join(blocks))
+    return BenchDeployment(path=path, agents=ids, package=package, data=data)
+
+
+def write_plugin_deployment(folder: Path) -> BenchDeployment:
+    """One agent with the trivial plugin; its lock written by `vessel-workers check`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    package = write_package(folder)
+    data = folder / "data"
+    data.mkdir(exist_ok=True)
+    plugin = folder / "plugins" / "trivial"
+    (plugin / "src").mkdir(parents=True, exist_ok=True)
+    (plugin / "plugin.toml").write_text('slug = "trivial"\nsources = ["src/trivial.js"]\n')
+    (plugin / "src" / "trivial.js").write_text(PLUGIN_SOURCE)
+    ids = ("bench-plugin",)
+    path = folder / "deployment.toml"
+    path.write_text(
+        "[[plugins]]\n"
+        'package = "plugins/trivial"\n\n'
+        "[[agents]]\n"
+        f'id = "{ids[0]}"\n'
+        'package = "agents/bench"\n'
+        f"max_concurrent_calls = {BENCH_MAX_CONCURRENT_CALLS}\n"
+        "[agents.mounts]\n"
+        '"/data" = "data"\n'
+        f"[agents.services.{SERVICE_NAME}]\n"
+        'url = "http://127.0.0.1:9"\n'
+    )
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "vessel-workers"), "check", "-d", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"vessel-workers check failed: {done.stdout}{done.stderr}")
     return BenchDeployment(path=path, agents=ids, package=package, data=data)

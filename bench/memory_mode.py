@@ -21,6 +21,7 @@ _PAIRS = (
     ("sandbox worker peak RSS", "raw-sandbox", "ours-solo-sandbox"),
     ("service worker peak RSS", "raw-service", "ours-solo-service"),
     ("service worker peak RSS, 1000 agents", "raw-service", "ours-many-service"),
+    ("plugin worker peak RSS", "raw-plugin", "ours-plugin-plugin"),
 )
 
 

@@ -38,7 +38,10 @@ def check_result(result: Any, kind: str) -> None:
     """Raise WrongResult unless `result` is the successful result of the bench tool."""
     if result.is_error:
         raise WrongResult(f"error result ({result.outcome}): {result.output[:300]!r}")
-    if kind == "sandbox":
+    if kind == "plugin":
+        if result.output != "1":
+            raise WrongResult(f"the plugin returned {result.output[:300]!r}, not 1")
+    elif kind == "sandbox":
         if result.exit_code != 0:
             raise WrongResult(f"exit code {result.exit_code}: {result.output[:300]!r}")
     else:

@@ -12,36 +12,45 @@ itself). Each contender makes one call, waits for it, and the next goes.
 Turn affinity: the same declared call made with a turn (one turn for the
 whole run, so every call after the first goes to the turn's home lane),
 against ours without a turn: what following a turn's home costs (goal ≤ 1.05x).
+Plugin calls, in turns of their own: `VesselClient.call` of the trivial plugin
+tool (`return 1`) on a warm plugin worker, against a raw Celery task that
+starts `bwrap ... node handler.js` for each call (bench/raw_handler.js) on a
+worker with the same pool and concurrency. Goal: p50 at most a quarter of it.
 """
 
 from __future__ import annotations
 
 from bench.baselines import (
+    RAW_QUEUE_PLUGIN,
     RAW_QUEUE_SANDBOX,
     RAW_QUEUE_SERVICE,
+    TASK_BWRAP_NODE,
     TASK_BWRAP_TRUE,
     TASK_HTTP_POST,
     TASK_NOOP,
 )
 from bench.context import Context
-from bench.deployment import TOOL_PING, TOOL_TRUE
+from bench.deployment import TOOL_ONE, TOOL_PING, TOOL_TRUE
 from bench.ours import NotAvailable, require_parts
 from bench.report import Goal, Row
 from bench.stack import WORKER_SPECS, cluster_of
 from bench.turns import WrongResult, in_turns
 
-__all__ = ["GOAL", "run"]
+__all__ = ["GOAL", "GOAL_PLUGIN", "run"]
 
 GOAL = Goal(median_max=1.25)
 #: Turn affinity (docs/turns.md) may cost at most 5%.
 GOAL_TURN = Goal(median_max=1.05)
 _TURN = "bench-p2-turn"
+#: Issue 16: a warm plugin call at most a quarter of a fresh bwrap + node per call.
+GOAL_PLUGIN = Goal(median_max=0.25)
 _TIMEOUT = 30.0
 _NAMES = (
     "declared call: ours vs raw Celery + raw bwrap",
     "service call: ours vs raw Celery no-op",
     "service call: ours vs raw Celery + httpx POST",
     "declared call with a turn: ours vs ours without",
+    "plugin call: ours vs raw Celery + bwrap node",
 )
 
 
@@ -53,6 +62,46 @@ def run(ctx: Context) -> list[Row]:
             Row(mode="P2", name=n, unit="ms", goal=GOAL, skipped=f"not measured: {exc}")
             for n in _NAMES
         ]
+    rows = _declared_and_service(ctx)
+    return [*rows, _plugin(ctx)]
+
+
+def _plugin(ctx: Context) -> Row:
+    iterations, warmup = (5, 2) if ctx.quick else (100, 10)
+    bench = cluster_of(ctx)
+    raw = bench.raw()
+    try:
+        deployment, ours = bench.plugin()
+    except Exception as exc:  # the plugin runtime is not there: say so, measure the rest
+        return Row(mode="P2", name=_NAMES[3], unit="ms", errors=[f"{type(exc).__name__}: {exc}"])
+    agent = deployment.agents[0]
+
+    def raw_node() -> None:
+        value = raw.send_task(TASK_BWRAP_NODE, queue=RAW_QUEUE_PLUGIN).get(timeout=_TIMEOUT)
+        if value != 1:
+            raise WrongResult(f"{TASK_BWRAP_NODE} returned {value!r}")
+
+    turns = in_turns(
+        {"raw_node": raw_node, "ours_plugin": lambda: ours.call(agent, TOOL_ONE, {}, _TIMEOUT)},
+        iterations=iterations,
+        warmup=warmup,
+    )
+    spec = WORKER_SPECS["plugin"]
+    return Row(
+        mode="P2",
+        name=_NAMES[3],
+        unit="ms",
+        baseline_name="raw Celery + bwrap node",
+        baseline_samples=turns.samples["raw_node"],
+        ours_samples=turns.samples["ours_plugin"],
+        goal=GOAL_PLUGIN,
+        errors=turns.errors_of("raw_node", "ours_plugin"),
+        notes=f"one worker process each, pool {spec.pool} x{spec.concurrency}; a trivial "
+        "handler (return 1), every call in a fresh isolate",
+    )
+
+
+def _declared_and_service(ctx: Context) -> list[Row]:
     iterations, warmup = (5, 2) if ctx.quick else (150, 15)
     bench = cluster_of(ctx)
     raw = bench.raw()

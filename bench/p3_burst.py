@@ -8,6 +8,9 @@ Contenders, in turns (`bench.burst.run_bursts`):
 - ours: the solo agent's `/bin/true` declared tool on the sandbox worker;
 - ours: the same declared calls with turns (`TURNS_PER_BURST` turns, round-robin),
   against ours without: what turn affinity costs at volume (goal ≥ 0.95x).
+- plugin calls, a group of their own: the trivial plugin tool (`return 1`) on a
+  plugin worker against raw Celery tasks each starting `bwrap ... node
+  handler.js` on the raw-plugin worker (goal: at least 4x its throughput).
 Each raw worker has the pool and concurrency of the vessel worker it is compared
 with (`bench.stack.WORKER_SPECS`, one process each).
 """
@@ -18,20 +21,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.baselines import (
+    RAW_QUEUE_PLUGIN,
     RAW_QUEUE_SANDBOX,
     RAW_QUEUE_SERVICE,
+    TASK_BWRAP_NODE,
     TASK_BWRAP_TRUE,
     TASK_HTTP_POST,
     TASK_NOOP,
 )
 from bench.burst import Burst, BurstSeries, raw_burst, run_bursts
 from bench.context import Context
-from bench.deployment import TOOL_PING, TOOL_TRUE
+from bench.deployment import TOOL_ONE, TOOL_PING, TOOL_TRUE
 from bench.ours import NotAvailable, OursClient, require_parts
 from bench.report import Goal, Row
 from bench.stack import WORKER_SPECS, cluster_of
 
 __all__ = [
+    "GOAL_PLUGIN",
     "GOAL_SANDBOX",
     "GOAL_SERVICE",
     "GOAL_TURNS",
@@ -49,12 +55,15 @@ GOAL_TURNS = Goal(median_min=0.95)
 #: Turns a burst with turns spreads its calls over (a platform's calls come
 #: from many conversations at once).
 TURNS_PER_BURST = 50
+#: Issue 16: plugin calls on a warm worker at least 4x a fresh bwrap + node per call.
+GOAL_PLUGIN = Goal(median_min=4.0)
 _NAMES = (
     "service burst: ours vs raw Celery no-op",
     "service burst: ours vs raw Celery + httpx POST",
     "sandbox burst: ours vs raw Celery no-op",
     "sandbox burst: ours vs raw Celery + raw bwrap",
     "sandbox burst with turns: ours vs ours without",
+    "plugin burst: ours vs raw Celery + bwrap node",
 )
 
 
@@ -71,7 +80,7 @@ def burst_plan(ctx: Context, kind: str) -> BurstPlan:
     """How big and how many bursts: 2,000 calls, cut to a time budget on slow machines."""
     if ctx.quick:
         return BurstPlan(calls=20, rounds=1, warmup_calls=5, max_burst_seconds=None)
-    if kind == "sandbox":
+    if kind in ("sandbox", "plugin"):
         # A sandbox call is a process tree: tens of calls/s on 2 cores, so a
         # 2,000-call burst would take minutes per round.
         return BurstPlan(calls=2000, rounds=2, warmup_calls=50, max_burst_seconds=20)
@@ -140,6 +149,48 @@ def run(ctx: Context) -> list[Row]:
         return [
             Row(mode="P3", name=n, unit="calls/s", skipped=f"not measured: {exc}") for n in _NAMES
         ]
+    return [*_declared_and_service(ctx), _plugin(ctx)]
+
+
+def _plugin(ctx: Context) -> Row:
+    bench = cluster_of(ctx)
+    raw = bench.raw()
+    try:
+        deployment, ours = bench.plugin()
+    except Exception as exc:  # the plugin runtime is not there: say so, measure the rest
+        return Row(
+            mode="P3", name=_NAMES[4], unit="calls/s", errors=[f"{type(exc).__name__}: {exc}"]
+        )
+    plan = burst_plan(ctx, "plugin")
+    series, calls = run_bursts(
+        {
+            "raw_node": raw_burst(
+                raw, TASK_BWRAP_NODE, RAW_QUEUE_PLUGIN, 1, bench.watch("raw-plugin")
+            ),
+            "ours_plugin": ours_burst(
+                ours, deployment.agents, TOOL_ONE, bench.watch("ours-plugin-plugin")
+            ),
+        },
+        calls=plan.calls,
+        rounds=plan.rounds,
+        warmup_calls=plan.warmup_calls,
+        max_burst_seconds=plan.max_burst_seconds,
+    )
+    spec = WORKER_SPECS["plugin"]
+    return _row(
+        _NAMES[4],
+        base=series["raw_node"],
+        ours=series["ours_plugin"],
+        base_name="raw Celery + bwrap node",
+        goal=GOAL_PLUGIN,
+        base_label="raw_node",
+        ours_label="ours_plugin",
+        notes=f"{calls} calls x {plan.rounds} rounds; one worker each, pool {spec.pool} "
+        f"x{spec.concurrency} (baseline: the same); every call in a fresh isolate",
+    )
+
+
+def _declared_and_service(ctx: Context) -> list[Row]:
     bench = cluster_of(ctx)
     raw = bench.raw()
     deployment, ours = bench.solo()

@@ -3,7 +3,8 @@
     redis-server (private, free port)
       db 1  ours, "solo" deployment (1 agent):   sandbox worker + service worker
       db 2  ours, "many" deployment (1,000 agents): service worker (P4 only)
-      db 3  raw Celery baseline: raw-sandbox and raw-service workers
+      db 3  raw Celery baseline: raw-sandbox, raw-service and raw-plugin workers
+      db 4  ours, "plugin" deployment (1 agent, the trivial plugin): plugin worker
     bench.httpd (the local service every service call posts to)
 
 Each raw baseline worker runs with the pool and concurrency of the vessel
@@ -20,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.baselines import (
+    RAW_QUEUE_PLUGIN,
     RAW_QUEUE_SANDBOX,
     RAW_QUEUE_SERVICE,
+    TASK_BWRAP_NODE,
     TASK_BWRAP_TRUE,
     TASK_HTTP_POST,
     TASK_NOOP,
@@ -29,7 +32,14 @@ from bench.baselines import (
 )
 from bench.cluster import Cluster, Proc
 from bench.context import Context
-from bench.deployment import TOOL_PING, TOOL_TRUE, BenchDeployment, write_deployment
+from bench.deployment import (
+    TOOL_ONE,
+    TOOL_PING,
+    TOOL_TRUE,
+    BenchDeployment,
+    write_deployment,
+    write_plugin_deployment,
+)
 from bench.ours import OursClient
 
 __all__ = ["WORKER_SPECS", "BenchCluster", "WorkerSpec", "cluster_of"]
@@ -37,6 +47,7 @@ __all__ = ["WORKER_SPECS", "BenchCluster", "WorkerSpec", "cluster_of"]
 DB_SOLO = 1
 DB_MANY = 2
 DB_RAW = 3
+DB_PLUGIN = 4
 MANY_AGENTS = 1000
 
 
@@ -49,10 +60,12 @@ class WorkerSpec:
 #: Pool and concurrency per worker kind, the same for ours and its baseline:
 #: the defaults of `vessel-workers worker` (workers/commands/worker.py), i.e.
 #: threads, one slot per core for sandbox calls (a call is a bwrap child its
-#: thread waits on) and 32 for service calls (mostly waiting on HTTP).
+#: thread waits on) and 32 for service calls (mostly waiting on HTTP), and
+#: for plugin calls `DEFAULT_CONCURRENCY["plugin"]`.
 WORKER_SPECS: dict[str, WorkerSpec] = {
     "sandbox": WorkerSpec(pool="threads", concurrency=os.cpu_count() or 2),
     "service": WorkerSpec(pool="threads", concurrency=32),
+    "plugin": WorkerSpec(pool="threads", concurrency=2 * (os.cpu_count() or 2)),
 }
 
 
@@ -67,9 +80,10 @@ class BenchCluster:
         self._raw_app: Any = None
         self._solo: tuple[BenchDeployment, OursClient] | None = None
         self._many: tuple[BenchDeployment, OursClient] | None = None
+        self._plugin: tuple[BenchDeployment, OursClient] | None = None
 
     def close(self) -> None:
-        for _, client in filter(None, (self._solo, self._many)):
+        for _, client in filter(None, (self._solo, self._many, self._plugin)):
             client.close()
         self.cluster.close()
 
@@ -111,7 +125,11 @@ class BenchCluster:
             return self._raw_app
         self._base()
         url = self.cluster.redis_url(DB_RAW)
-        for kind, queue in (("service", RAW_QUEUE_SERVICE), ("sandbox", RAW_QUEUE_SANDBOX)):
+        for kind, queue in (
+            ("service", RAW_QUEUE_SERVICE),
+            ("sandbox", RAW_QUEUE_SANDBOX),
+            ("plugin", RAW_QUEUE_PLUGIN),
+        ):
             spec = WORKER_SPECS[kind]
             name = f"raw-{kind}"
             self.workers[name] = self.cluster.start_raw_worker(
@@ -127,6 +145,7 @@ class BenchCluster:
             (TASK_NOOP, RAW_QUEUE_SERVICE, "raw-service", None),
             (TASK_HTTP_POST, RAW_QUEUE_SERVICE, "raw-service", 200),
             (TASK_BWRAP_TRUE, RAW_QUEUE_SANDBOX, "raw-sandbox", 0),
+            (TASK_BWRAP_NODE, RAW_QUEUE_PLUGIN, "raw-plugin", 1),
         ):
             self.cluster.wait_ready(
                 lambda t=task, q=queue, e=expected: app.send_task(t, queue=q).get(timeout=2) == e,
@@ -143,9 +162,11 @@ class BenchCluster:
     ) -> tuple[BenchDeployment, OursClient]:
         self._base()
         assert self.service_url is not None
-        deployment = write_deployment(
-            self.folder / f"deployment-{label}", agents=agents, service_url=self.service_url
-        )
+        folder = self.folder / f"deployment-{label}"
+        if kinds == ("plugin",):
+            deployment = write_plugin_deployment(folder)
+        else:
+            deployment = write_deployment(folder, agents=agents, service_url=self.service_url)
         url = self.cluster.redis_url(db)
         procs = []
         for kind in kinds:
@@ -161,7 +182,7 @@ class BenchCluster:
             procs.append(proc)
         client = OursClient(deployment.path, url)
         for kind in kinds:
-            tool = TOOL_TRUE if kind == "sandbox" else TOOL_PING
+            tool = {"sandbox": TOOL_TRUE, "service": TOOL_PING, "plugin": TOOL_ONE}[kind]
             for agent in (deployment.agents[0], deployment.agents[-1]):
                 self.cluster.wait_ready(
                     lambda a=agent, t=tool: client.call_ok(a, t, {}, timeout=2),
@@ -181,6 +202,12 @@ class BenchCluster:
         if self._many is None:
             self._many = self._ours("many", DB_MANY, MANY_AGENTS, ("service",))
         return self._many
+
+    def plugin(self) -> tuple[BenchDeployment, OursClient]:
+        """One agent with the trivial plugin; a plugin worker."""
+        if self._plugin is None:
+            self._plugin = self._ours("plugin", DB_PLUGIN, 1, ("plugin",))
+        return self._plugin
 
 
 def cluster_of(ctx: Context) -> BenchCluster:

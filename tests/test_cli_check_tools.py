@@ -74,7 +74,16 @@ def test_check_defaults_to_deployment_toml_here(
 def test_tools_prints_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tools", "-d", "examples/deployment.toml", "field-guide"]) == 0
     out = capsys.readouterr().out
-    assert json.loads(out) == [
+    listed = json.loads(out)
+    # The package's tools, then the weather plugin's (installed for every agent).
+    assert [t["name"] for t in listed] == [
+        "species",
+        "word_count",
+        "read_notes",
+        "weather__get_forecast",
+        "weather__save_note",
+    ]
+    assert listed[:2] == [
         {
             "name": "species",
             "description": "List every species in the guide with its family, habitats and "
@@ -157,4 +166,8 @@ def test_the_console_script_prints_tools_as_json() -> None:
         check=False,
     )
     assert done.returncode == 0
-    assert [tool["name"] for tool in json.loads(done.stdout)] == ["lookup"]
+    assert [tool["name"] for tool in json.loads(done.stdout)] == [
+        "lookup",
+        "weather__get_forecast",
+        "weather__save_note",
+    ]

@@ -1,10 +1,12 @@
 """Checking the model's arguments before anything runs (seeds 000 and 001).
 
-The same rules for declared and service tools: JSON no larger than the agent's
+The same rules for every tool: JSON no larger than the agent's
 `max_argument_bytes`, nested at most `MAX_ARGUMENT_DEPTH` levels, with no
 `NaN` or `Infinity` (`broker.arguments`, also applied at submit); a JSON
-object, valid against the tool's `parameters`. A refusal raises `RefusedCall`
-with the text the model sees.
+object. Declared and service tools' arguments must also be valid against the
+tool's `parameters`; plugin tools (seed 002) get any JSON object, since their
+handler is told the input is not validated against the schema. A refusal
+raises `RefusedCall` with the text the model sees.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import jsonschema
 from broker.arguments import decode_arguments, not_an_object, too_deep
 from broker.constants import DEFAULT_MAX_ARGUMENT_BYTES
 from broker.errors import RefusedCall
-from broker.model import DeclaredTool, Tool
+from broker.model import DeclaredTool, PluginTool, Tool
 
 __all__ = ["args_flags", "parse_arguments"]
 
@@ -32,6 +34,10 @@ def parse_arguments(
     value = decode_arguments(tool.name, raw, max_bytes=max_bytes)
     if not isinstance(value, dict):
         raise not_an_object(tool.name)
+    if isinstance(tool, PluginTool):
+        # Seed 002: the handler gets the model's object as it is, not checked
+        # against the schema ("check what you depend on").
+        return value
     validator = jsonschema.Draft202012Validator(dict(tool.parameters))
     try:
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))

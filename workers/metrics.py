@@ -9,8 +9,9 @@
     vessel_call_cancellations_total{agent,kind}   calls the platform cancelled
     vessel_call_duration_seconds{agent,kind}      how long calls ran (histogram, 3 ms … 120 s)
 
-`kind` is "sandbox" or "service"; `outcome` is the result's (`ok`, `error`,
-`timeout`, `refused`, `cancelled`, `killed`). A worker task calls `observe(result,
+`kind` is "sandbox", "service" or "plugin" (the worker kind that ran the call);
+`outcome` is the result's (`ok`, `error`, `timeout`, `refused`, `cancelled`,
+`killed`). A worker task calls `observe(result,
 kind)` once per call it finished (a duplicate delivery is not counted again), and
 `vessel-workers worker … --metrics-port PORT` calls `start_metrics_server(PORT)`.
 
@@ -154,7 +155,7 @@ class CallMetrics:
             return pair
 
     def observe(self, result: ToolResult, kind: str) -> None:
-        """Count one finished call of a `kind` ("sandbox" or "service") worker."""
+        """Count one finished call of a `kind` ("sandbox", "service" or "plugin") worker."""
         agent, tool = self._labels(result.agent, result.tool)
         outcome = result.outcome
         self.calls.labels(agent=agent, tool=tool, kind=kind, outcome=outcome).inc()

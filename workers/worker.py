@@ -6,6 +6,9 @@ friends, exit 2 in the command) when one fails:
 1. the deployment loads, and `--agents` names agents it has;
 2. sandbox workers: confinement works here (`check_confinement`);
    service workers: every grant's `env:` value is set (`ServiceCaller`);
+   plugin workers: every plugin setting's and `[platform]`'s `env:` value is
+   set (`PluginHost`), and each plugin's sources, run confined here, still
+   register what its `plugin.lock.json` records (`check_plugin_locks`);
 3. Redis runs with `maxmemory-policy noeviction` (an evicting Redis drops
    queued calls and results silently); if the provider disables CONFIG, a
    warning is logged and the worker starts.
@@ -82,6 +85,7 @@ __all__ = [
     "build_executor",
     "build_runtime",
     "check_eviction_policy",
+    "check_plugin_locks",
     "embedded_client",
     "host_id_from_environ",
     "lanes_for",
@@ -92,7 +96,13 @@ _log = logging.getLogger(__name__)
 
 #: Sandbox calls are processes on this host: one per core keeps them from
 #: starving each other. Service calls wait on the network: many per process.
-DEFAULT_CONCURRENCY: dict[Kind, int] = {"sandbox": os.cpu_count() or 2, "service": 32}
+#: Plugin calls run in warm runtime processes, one call each at a time, and
+#: often wait on host.fetch: two per core.
+DEFAULT_CONCURRENCY: dict[Kind, int] = {
+    "sandbox": os.cpu_count() or 2,
+    "service": 32,
+    "plugin": 2 * (os.cpu_count() or 2),
+}
 #: How often the sandbox workspace TTL sweep runs, in seconds.
 _WORKSPACE_SWEEP_SECONDS = 60.0
 
@@ -135,12 +145,55 @@ def host_id_from_environ(
     return check_host_id(name)
 
 
+def check_plugin_locks(deployment: Deployment) -> None:
+    """Run each plugin's sources confined, as `check` does; refuse a lock they no longer match.
+
+    The loader already refused a lock whose sources' sha256 changed; this also
+    catches a lock written by hand or by another version of the runtime. Raises
+    ConfigError naming the plugin and the command to run.
+    """
+    from broker.loading.fields import Problems  # noqa: PLC0415
+    from broker.loading.plugin import read_plugin_file  # noqa: PLC0415
+    from workers.plugin.publish import publish  # noqa: PLC0415
+    from workers.plugin.registration import register_sources  # noqa: PLC0415
+
+    command = f"vessel-workers check -d {deployment.path}"
+    for slug, plugin in deployment.plugins.items():
+        problems = Problems()
+        plugin_file = read_plugin_file(plugin.package_dir, shown=slug, problems=problems)
+        if plugin_file is None:
+            raise ConfigError(f"plugin {slug!r}: plugin.toml has problems; run {command}")
+        try:
+            registration = register_sources(plugin.package_dir, plugin.sources)
+        except OSError as exc:
+            raise ConfigError(
+                f"plugin {slug!r}: the plugin runtime cannot run here: {exc}"
+            ) from exc
+        published = publish(plugin_file, registration)
+        try:
+            recorded = json.loads(plugin.lock_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"plugin {slug!r}: its lock cannot be read ({exc}); run {command}"
+            ) from None
+        if published.lock is None or published.lock.to_json() != recorded:
+            raise ConfigError(
+                f"plugin {slug!r}: its sources, run here, do not register what "
+                f"{plugin.lock_path.name} records; run {command}"
+            )
+
+
 def build_executor(
-    deployment: Deployment, kind: Kind, agents: Sequence[str] | None = None
+    deployment: Deployment,
+    kind: Kind,
+    agents: Sequence[str] | None = None,
+    *,
+    plugins: Sequence[str] | None = None,
 ) -> tuple[Executor, WorkspaceStore | None]:
     """The executor of one worker kind, and its workspaces (sandbox).
 
-    Raises ConfinementUnavailable (sandbox) or MissingSecret (service).
+    `plugins` limits whose settings a plugin worker resolves (default: all).
+    Raises ConfinementUnavailable (sandbox), MissingSecret (service, plugin).
     """
     # Each kind imports only its own runner: a sandbox worker never loads the
     # service caller (nor its secrets), and `call` starts faster.
@@ -157,6 +210,26 @@ def build_executor(
         sandbox = SandboxRunner(workspaces)
         _log.info("sandbox: VESSEL_SANDBOX_CGROUPS in force: %s", sandbox.cgroup_mode)
         return Executor(deployment, sandbox=sandbox), workspaces
+    if kind == "plugin":
+        from workers.plugin.host import PluginHost  # noqa: PLC0415
+        from workers.plugin.runner import PluginRunner  # noqa: PLC0415
+        from workers.sandbox.workspace import (  # noqa: PLC0415
+            WorkspaceStore,
+            default_workspace_root,
+        )
+
+        # Plugin workers hold the plugins' settings secrets; host.workspace works
+        # on this host's workspaces (the ones its sandbox workers use). None is
+        # returned: removing a turn's workspaces is the sandbox workers' job.
+        bridge = PluginHost(
+            deployment, workspaces=WorkspaceStore(default_workspace_root()), plugins=plugins
+        )
+        try:
+            runner = PluginRunner(deployment, bridge)
+        except BaseException:
+            bridge.close()
+            raise
+        return Executor(deployment, plugin=runner), None
     from workers.service.caller import ServiceCaller  # noqa: PLC0415
 
     caller = ServiceCaller(deployment, agents=agents or None)
@@ -347,6 +420,8 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     for agent in options.agents:
         deployment.agent(agent)
     host_id = host_id_from_environ() if options.kind in WORKSPACE_KINDS else None
+    if options.kind == "plugin":
+        check_plugin_locks(deployment)
     executor, workspaces = build_executor(deployment, options.kind, options.agents)
     admission = RedisAdmission.from_url(settings.broker_url)
     check_eviction_policy(admission.redis, f"broker Redis {hide_password(settings.broker_url)}")
@@ -402,19 +477,30 @@ def _close(executor: Executor) -> None:
         executor.service.close()
     if executor.sandbox is not None:
         executor.sandbox.close()  # its slot launchers and their cgroups
+    if executor.plugin is not None:
+        executor.plugin.close()  # its runtime processes
+        bridge = getattr(executor.plugin, "bridge", None)
+        if bridge is not None:
+            bridge.close()
 
 
 @contextmanager
 def embedded_client(
-    deployment: Deployment, settings: Settings, kind: Kind, agents: Sequence[str] | None = None
+    deployment: Deployment,
+    settings: Settings,
+    kind: Kind,
+    agents: Sequence[str] | None = None,
+    *,
+    plugins: Sequence[str] | None = None,
 ) -> Iterator[VesselClient]:
     """A client with an in-process broker, admission and worker of `kind`.
 
-    `agents` limits whose secrets a service worker resolves (default: all).
-    Raises ConfinementUnavailable (sandbox) or MissingSecret (service) before
+    `agents` limits whose secrets a service worker resolves, `plugins` whose
+    settings a plugin worker resolves (default: all). Raises
+    ConfinementUnavailable (sandbox) or MissingSecret (service, plugin) before
     anything starts.
     """
-    executor, _workspaces = build_executor(deployment, kind, agents)
+    executor, _workspaces = build_executor(deployment, kind, agents, plugins=plugins)
     admission: Admission = LocalAdmission()
     hostname = f"embedded-{os.getpid()}@{socket.gethostname()}"
     # One host: every turn's home, so no home lane (LocalAdmission never moves a call).

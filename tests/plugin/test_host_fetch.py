@@ -228,3 +228,26 @@ def test_a_cancelled_call_stops_its_fetch(server: Server) -> None:
     threading.Timer(0.3, cancel.set).start()
     with allowed(server) as setup, pytest.raises(HostFailed, match="cancelled"):
         setup.call("fetch", {"url": f"http://127.0.0.1:{server.port}/slow"}, cancel=cancel)
+
+
+@pytest.mark.hostile
+def test_every_address_a_name_resolves_to_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A public first answer must not hide a private second one (a client trying
+    # them in turn would reach it once the first fails).
+    real = socket.getaddrinfo
+
+    def mixed(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "mixed.test":
+            return [
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port)),
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.7", port)),
+            ]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", mixed)
+    expected = r"mixed\.test resolves to 10\.0\.0\.7, a private address"
+    with (
+        host_setup(make_plugin(egress=("mixed.test",))) as setup,
+        pytest.raises(HostRefused, match=expected),
+    ):
+        setup.call("fetch", {"url": "http://mixed.test/"})

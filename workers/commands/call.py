@@ -113,7 +113,10 @@ def run(args: argparse.Namespace) -> int:
         settings = Settings.from_environ()
         owner = check_owner(args.owner)
         deployment = load_deployment(args.deployment)
-        kind = deployment.agent(args.agent).tool(args.tool).kind
+        tool = deployment.agent(args.agent).tool(args.tool)
+        kind = tool.kind
+        # Only the called plugin's settings are needed here.
+        plugins = [tool.plugin] if tool.kind == "plugin" else None
     except InvalidDeployment as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
@@ -127,7 +130,9 @@ def run(args: argparse.Namespace) -> int:
                 from workers.worker import embedded_client  # noqa: PLC0415
 
                 # Only the called agent's secrets are needed here.
-                embedded = embedded_client(deployment, settings, kind, [args.agent])
+                embedded = embedded_client(
+                    deployment, settings, kind, [args.agent], plugins=plugins
+                )
                 client = stack.enter_context(embedded)
             else:
                 from broker.client import VesselClient  # noqa: PLC0415

@@ -31,7 +31,9 @@ import httpx
 from workers.plugin.host.context import HostRefused
 
 __all__ = [
+    "MAX_URL_CHARS",
     "METADATA_ADDRESSES",
+    "IPAddress",
     "Target",
     "address_class",
     "check_address",

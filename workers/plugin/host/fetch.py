@@ -64,9 +64,12 @@ from workers.service.reading import (
 from workers.service.transport import SocketOption, build_transport, watching
 
 __all__ = [
+    "MAX_HEADERS",
+    "MAX_HEADER_BYTES",
     "MAX_REQUEST_BYTES",
     "MAX_RESPONSE_BYTES",
     "METHODS",
+    "USER_AGENT",
     "Fetcher",
 ]
 
@@ -108,6 +111,25 @@ _SOCKET_OPTIONS: list[SocketOption] = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 
 _TLS_POOLS = 64
 #: Name lookups run at once, each bounded by its call's time left.
 _RESOLVERS = 8
+
+
+#: Loggers that could print a URL or a header (a plugin's API key) below WARNING.
+_LIBRARY_LOGGERS = ("httpx", "httpcore.connection", "httpcore.http11", "httpcore.proxy")
+
+
+class _BelowWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+def _quiet_library_logs() -> None:
+    # A plugin worker holds the plugins' secrets, which handlers put in URLs and
+    # headers: httpx's INFO line and httpcore's DEBUG lines never reach a
+    # handler, whatever level an operator turns on (as in service workers).
+    for name in _LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _BelowWarning) for f in logger.filters):
+            logger.addFilter(_BelowWarning())
 
 
 def _no_cookies() -> CookieJar:
@@ -209,6 +231,7 @@ class Fetcher:
     """`host.fetch` for every call of a worker process; thread-safe, one httpx client."""
 
     def __init__(self) -> None:
+        _quiet_library_logs()
         self._transport = _PoolPerName()
         self._client = httpx.Client(
             transport=self._transport,
@@ -326,7 +349,10 @@ class Fetcher:
         except httpx.HTTPError as exc:
             if context.cancel.is_set():
                 raise HostFailed("host.fetch failed: the call was cancelled") from None
-            raise HostFailed(f"host.fetch failed: {what}: {type(exc).__name__}") from None
+            # The reason names nothing of the host: a refused connect, a
+            # certificate that does not match the name, a reset.
+            reason = str(exc)[:200] or type(exc).__name__
+            raise HostFailed(f"host.fetch failed: {what}: {reason}") from None
         response_headers = _joined(response.headers)
         response_headers.pop("content-encoding", None)  # undone above
         if "content-length" in response_headers:

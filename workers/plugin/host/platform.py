@@ -32,7 +32,7 @@ from workers.plugin.host.settings import ResolvedPlatform
 from workers.service.reading import BodyTooLarge, ReadStopped, declared_length, read_limited
 from workers.service.transport import watching
 
-__all__ = ["MAX_ANSWER_BYTES", "PLATFORM_NAMESPACES", "forward"]
+__all__ = ["MAX_ANSWER_BYTES", "MAX_ARGS_BYTES", "PLATFORM_NAMESPACES", "forward"]
 
 #: The first part of every chain the platform answers.
 PLATFORM_NAMESPACES = frozenset(
