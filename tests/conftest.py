@@ -3,9 +3,11 @@ and a clean database for each test that asks for one."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,29 @@ import redis
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Run as root, the sandbox's calls are an unprivileged uid (docs/confinement.md)
+    that must reach the packages, data and workspace roots tests make in their temp
+    folders, which pytest makes 0700: make each new one, and the folders above it,
+    searchable (0711, never listable) by others."""
+    if os.geteuid() != 0:
+        return
+    made = pytest.TempPathFactory.mktemp
+
+    def mktemp(self: pytest.TempPathFactory, basename: str, numbered: bool = True) -> Path:
+        path = made(self, basename, numbered)
+        top = Path(tempfile.gettempdir()).resolve()
+        for folder in (path, *path.parents):
+            if folder == top or top not in folder.parents:
+                break
+            mode = folder.stat().st_mode
+            if not mode & 0o001:
+                folder.chmod((mode & 0o7777) | 0o011)
+        return path
+
+    pytest.TempPathFactory.mktemp = mktemp  # type: ignore[method-assign]
 
 
 def free_port() -> int:
