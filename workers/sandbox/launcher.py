@@ -279,22 +279,50 @@ def _leave_and_remove(procs_files: Sequence[str]) -> None:
             with open(os.path.join(os.path.dirname(slot), "cgroup.procs"), "wb") as f:
                 f.write(pid)
         except OSError:
-            continue  # the worker's close() or CgroupSupport.sweep removes it
-        # A call killed just now takes a moment to die (its pid namespace is torn
-        # down asynchronously, and its zombies are ours to reap): retry a while.
-        delay, deadline = 0.005, time.monotonic() + 3.0
-        while True:
-            _reap_all()
-            try:
-                os.rmdir(slot)
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                if time.monotonic() >= deadline:
-                    break  # the worker's close() or CgroupSupport.sweep removes it
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
+            continue  # dropped (the keeper removes it), or the worker's close() / sweep does
+        _remove_slot(slot)
+
+
+def _remove_slot(slot: str) -> None:
+    """rmdir a slot cgroup once it is empty (best effort, a few seconds)."""
+    # A call killed just now takes a moment to die (its pid namespace is torn
+    # down asynchronously, and its zombies are ours to reap): retry a while.
+    delay, deadline = 0.005, time.monotonic() + 3.0
+    while True:
+        _reap_all()
+        try:
+            os.rmdir(slot)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                return  # the worker's close() or CgroupSupport.sweep removes it
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+
+def _fork_keeper(sock: socket.socket, procs_files: Sequence[str]) -> None:
+    """Before dropping root: fork; the child returns and serves, the parent (the
+    keeper, never in the slot) waits for it and then removes the slot cgroups,
+    which the dropped launcher no longer may. This way a worker killed outright
+    leaves no slot behind, as a root launcher that drops nothing would not."""
+    pid = os.fork()
+    if pid == 0:
+        return
+    sock.close()  # the worker must see EOF when the launcher proper exits
+    _become_subreaper()  # the call's orphans, if the launcher dies first, are ours to reap
+    while True:
+        try:
+            os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+    for path in procs_files:
+        _remove_slot(os.path.dirname(path))
+    os._exit(0)
 
 
 def _reap_all() -> None:
@@ -352,6 +380,8 @@ def serve(
     try:
         os.set_inheritable(sock.fileno(), False)
         resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
+        if identity.get("uid") is not None and procs_files:
+            _fork_keeper(sock, procs_files)  # returns in the launcher proper
         _become_subreaper()
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)  # SIGCHLD wakes the select below
@@ -552,6 +582,8 @@ class Launcher:
         #: The rlimits of every call it serves (its own, inherited by its children).
         self.rlimits = rlimits
         self.process = process
+        #: The serving process (for a root worker, a child of `process`, the keeper).
+        self.pid = process.pid
         self.sock = sock
         #: Set once the launcher died or broke the protocol: retire it.
         self.broken = False
@@ -608,8 +640,9 @@ class Launcher:
             message, fds = got
             for fd in fds:
                 os.close(fd)
-            if "ready" not in message:
+            if not isinstance(message.get("ready"), int):
                 raise LauncherUnavailable(f"a launcher refused to start: {message.get('error')}")
+            launcher.pid = message["ready"]
         except BaseException as exc:
             launcher.close()
             if isinstance(exc, LauncherLost):

@@ -68,6 +68,9 @@ def _check() -> None:
 
     with tempfile.TemporaryDirectory(prefix="vessel-probe-") as tmp:
         root = Path(tmp)
+        # A root worker's calls run as the sandbox uid: it must pass through
+        # (0711: search only, the names inside are not listable).
+        os.chmod(root, 0o711)
         package = root / "package"
         package.mkdir()
         tool = DeclaredTool(

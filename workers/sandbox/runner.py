@@ -161,6 +161,7 @@ def _claim_stage(system: Path) -> tuple[Path, int]:
     no other worker ever sees it unlocked while its owner lives.
     """
     system.mkdir(mode=0o755, parents=True, exist_ok=True)
+    os.chmod(system, 0o755)  # noqa: S103 (the sandbox uid must reach its stage; umask aside)
     name = f"{_STAGE_PREFIX}{secrets.token_hex(_STAGE_RANDOM_BYTES)}"
     tmp = system / f".{name}{_LOCK_SUFFIX}.new"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
