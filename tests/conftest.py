@@ -22,10 +22,18 @@ EXAMPLES = REPO / "examples"
 def pytest_configure(config: pytest.Config) -> None:
     """Run as root, the sandbox's calls are an unprivileged uid (docs/confinement.md)
     that must reach the packages, data and workspace roots tests make in their temp
-    folders, which pytest makes 0700: make each new one, and the folders above it,
-    searchable (0711, never listable) by others."""
+    folders. pytest makes those 0700 under /tmp/pytest-of-root, which every root
+    session on the host resets to 0700: so a root session gets a base folder of
+    its own (removed at its end, unless --basetemp is given), and each new temp
+    folder, and the folders above it, is made searchable by others (0711, never
+    listable)."""
     if os.geteuid() != 0:
         return
+    if config.option.basetemp is None:
+        base = Path(tempfile.mkdtemp(prefix="vessel-tests-"))
+        os.chmod(base, 0o711)
+        config.option.basetemp = str(base / "base")
+        config.add_cleanup(lambda: shutil.rmtree(base, ignore_errors=True))
     made = pytest.TempPathFactory.mktemp
 
     def mktemp(self: pytest.TempPathFactory, basename: str, numbered: bool = True) -> Path:
