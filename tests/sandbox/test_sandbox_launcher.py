@@ -96,7 +96,12 @@ def test_the_call_gets_its_rlimits_and_default_signals(either: Sandbox) -> None:
 
 def test_the_call_holds_no_descriptor_but_its_own(either: Sandbox) -> None:
     # Neither the launcher's received fds nor the memfds (host paths) reach the sandbox.
-    result = either.call(shell="ls /proc/$$/fd | tr '\\n' ' '; echo; ls -l /proc/*/fd/ 2>&1")
+    # The fds of a child of the call's shell (what every process of the call
+    # starts with), not of the shell itself, which holds a pipe's two ends while it
+    # starts a pipeline and saves fds at redirections.
+    result = either.call(
+        shell="sleep 5 & sleep 0.5; ls /proc/$!/fd | tr '\\n' ' '; kill $!; echo; ls -l /proc/*/fd/ 2>&1"
+    )
     first, rest = result.output.split("\n", 1)
     assert first.split() == ["0", "1", "2"]
     assert "memfd" not in rest and "socket" not in rest, rest

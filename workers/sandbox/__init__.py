@@ -2,7 +2,8 @@
 
 One module per concern: `bwrap` (the sandbox's shape), `seccomp` (the filter),
 `limits` (rlimits), `cgroup` (per-call pids/memory cgroups where writable),
-`process` (spawn, drain, kill the tree), `launcher` (a slot's fork server,
+`process` (spawn, drain, kill the tree), `identity` (the host uid calls run
+as: never 0), `launcher` (a slot's fork server,
 pre-placed in its cgroups), `outbox`, `workspace`, `probe`
 (the start-up self-check) and `runner` (one call, end to end).
 """

@@ -160,11 +160,18 @@ def _claim_stage(system: Path) -> tuple[Path, int]:
     The lock file is locked under a temporary name and renamed into place, so
     no other worker ever sees it unlocked while its owner lives.
     """
-    system.mkdir(mode=0o755, parents=True, exist_ok=True)
-    os.chmod(system, 0o755)  # noqa: S103 (the sandbox uid must reach its stage; umask aside)
     name = f"{_STAGE_PREFIX}{secrets.token_hex(_STAGE_RANDOM_BYTES)}"
     tmp = system / f".{name}{_LOCK_SUFFIX}.new"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    for attempt in range(3):
+        system.mkdir(mode=0o755, parents=True, exist_ok=True)
+        os.chmod(system, 0o755)  # noqa: S103 (the sandbox uid must reach its stage; umask aside)
+        try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(tmp, flags, 0o600)
+            break
+        except FileNotFoundError:  # another worker's close() removed .system just now
+            if attempt == 2:
+                raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # held until close(), or the process's end
         os.rename(tmp, system / f"{name}{_LOCK_SUFFIX}")

@@ -54,7 +54,13 @@ from pathlib import Path
 from broker.constants import ENV_WORKSPACE_ROOT
 from workers.sandbox.identity import SandboxIdentity
 
-__all__ = ["DEFAULT_WORKSPACE_ROOT", "WorkspaceStore", "default_workspace_root", "remove_tree"]
+__all__ = [
+    "DEFAULT_WORKSPACE_ROOT",
+    "WorkspaceStore",
+    "default_workspace_root",
+    "remove_tree",
+    "set_owner",
+]
 
 #: Used when $VESSEL_WORKSPACE_ROOT is unset: a root-only folder on local disk.
 #: /var/lib is where a service keeps its state; /tmp would let other users
