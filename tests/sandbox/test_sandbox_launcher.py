@@ -100,7 +100,8 @@ def test_the_call_holds_no_descriptor_but_its_own(either: Sandbox) -> None:
     # starts with), not of the shell itself, which holds a pipe's two ends while it
     # starts a pipeline and saves fds at redirections.
     result = either.call(
-        shell="sleep 5 & sleep 0.5; ls /proc/$!/fd | tr '\\n' ' '; kill $!; echo; ls -l /proc/*/fd/ 2>&1"
+        shell="sleep 5 & sleep 0.5; ls /proc/$!/fd | tr '\\n' ' '; kill $!; echo; "
+        "ls -l /proc/*/fd/ 2>&1"
     )
     first, rest = result.output.split("\n", 1)
     assert first.split() == ["0", "1", "2"]
