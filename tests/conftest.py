@@ -3,9 +3,11 @@ and a clean database for each test that asks for one."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,37 @@ import redis
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Run as root, the sandbox's calls are an unprivileged uid (docs/confinement.md)
+    that must reach the packages, data and workspace roots tests make in their temp
+    folders. pytest makes those 0700 under /tmp/pytest-of-root, which every root
+    session on the host resets to 0700: so a root session gets a base folder of
+    its own (removed at its end, unless --basetemp is given), and each new temp
+    folder, and the folders above it, is made searchable by others (0711, never
+    listable)."""
+    if os.geteuid() != 0:
+        return
+    if config.option.basetemp is None:
+        base = Path(tempfile.mkdtemp(prefix="vessel-tests-"))
+        os.chmod(base, 0o711)
+        config.option.basetemp = str(base / "base")
+        config.add_cleanup(lambda: shutil.rmtree(base, ignore_errors=True))
+    made = pytest.TempPathFactory.mktemp
+
+    def mktemp(self: pytest.TempPathFactory, basename: str, numbered: bool = True) -> Path:
+        path = made(self, basename, numbered)
+        top = Path(tempfile.gettempdir()).resolve()
+        for folder in (path, *path.parents):
+            if folder == top or top not in folder.parents:
+                break
+            mode = folder.stat().st_mode
+            if not mode & 0o001:
+                folder.chmod((mode & 0o7777) | 0o011)
+        return path
+
+    pytest.TempPathFactory.mktemp = mktemp  # type: ignore[method-assign]
 
 
 def free_port() -> int:

@@ -7,7 +7,6 @@ worker (2 threads).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import signal
 import subprocess
@@ -19,6 +18,7 @@ from collections.abc import Callable
 import pytest
 
 from broker.queues import TASK_NAMES, call_key, shared_lane
+from workers.sandbox.workspace import WorkspaceStore
 
 from .conftest import REPO, Cluster, processes_with
 
@@ -264,7 +264,8 @@ def test_end_turn_removes_the_turns_workspace_on_the_sandbox_host(cluster: Clust
     client = cluster.client()
     turn = f"turn-{uuid.uuid4().hex[:8]}"
     assert client.call("box", "echo", {}, owner="web/a", turn=turn, timeout=20).outcome == "ok"
-    workspace = cluster.workspaces / "box" / hashlib.sha256(turn.encode()).hexdigest()[:32]
+    # Named by an HMAC under the root's secret, as every worker of that root names it.
+    workspace = WorkspaceStore(cluster.workspaces).turn_dir("box", turn)
     assert workspace.is_dir()
     client.end_turn(turn)
     deadline = time.monotonic() + 5

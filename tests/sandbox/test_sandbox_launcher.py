@@ -67,7 +67,7 @@ def _needs_pids(sandbox: Sandbox) -> None:
 
 def test_one_launcher_serves_consecutive_calls(sandbox: Sandbox) -> None:
     assert sandbox.runner.uses_launchers
-    assert sandbox.runner.cgroup_mode.endswith("via slot launchers")
+    assert " via slot launchers; calls run as uid " in sandbox.runner.cgroup_mode
     assert sandbox.call(shell="echo one").output == "one\n"
     (first,) = _launchers(sandbox)
     for n in range(3):
@@ -147,7 +147,13 @@ def test_the_args_gate_pipe_carries_every_byte_and_sets_rlimit_cpu_first(
 
 def test_the_call_holds_no_descriptor_but_its_own(either: Sandbox) -> None:
     # Neither the launcher's received fds nor the memfds (host paths) reach the sandbox.
-    result = either.call(shell="ls /proc/$$/fd | tr '\\n' ' '; echo; ls -l /proc/*/fd/ 2>&1")
+    # The fds of a child of the call's shell (what every process of the call
+    # starts with), not of the shell itself, which holds a pipe's two ends while it
+    # starts a pipeline and saves fds at redirections.
+    result = either.call(
+        shell="sleep 5 & sleep 0.5; ls /proc/$!/fd | tr '\\n' ' '; kill $!; echo; "
+        "ls -l /proc/*/fd/ 2>&1"
+    )
     first, rest = result.output.split("\n", 1)
     assert first.split() == ["0", "1", "2"]
     assert "memfd" not in rest and "socket" not in rest, rest
@@ -231,7 +237,7 @@ def test_launcher_killed_mid_call_is_an_error_and_replaced(
         deadline = time.monotonic() + 10
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
-        os.kill(launcher.process.pid, signal.SIGKILL)
+        os.kill(launcher.pid, signal.SIGKILL)
 
     killer = threading.Thread(target=kill_when_running)
     killer.start()
@@ -328,13 +334,15 @@ settings = AgentSettings(
     workdir="/tmp/vessel", tool_timeout_seconds=60, tool_output_chars=100,
     disk_limit_mb=DEFAULT_DISK_LIMIT_MB, memory_limit_mb=DEFAULT_MEMORY_LIMIT_MB,
 )  # the default limits: the runner's first launcher serves the call
+package = root / "package"
+package.mkdir(mode=0o755)  # readable by a root worker's sandbox uid
 agent = Agent(
-    id="a", package_dir=root, settings=settings, tools={"t": tool}, mounts={},
+    id="a", package_dir=package, settings=settings, tools={"t": tool}, mounts={},
     grants={}, max_concurrent_calls=1,
 )
 runner = SandboxRunner(WorkspaceStore(root / "workspaces"))
 (launcher,) = runner._launchers._all
-print(launcher.process.pid, *launcher.slot.dirs if launcher.slot else (), flush=True)
+print(launcher.pid, *launcher.slot.dirs if launcher.slot else (), flush=True)
 runner.run(call_id="c", agent=agent, tool=tool, arguments={})
 """
 

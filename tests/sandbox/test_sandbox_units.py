@@ -193,8 +193,18 @@ def test_workspace_per_turn_mode_0700(tmp_path: Path) -> None:
     assert store.for_turn("agent-a", "turn-1") == first
     assert store.for_turn("agent-a", "turn-2") != first
     assert store.for_turn("agent-b", "turn-1") != first
-    for path in (tmp_path / "root", tmp_path / "root" / "agent-a", first):
-        assert (path.stat().st_mode & 0o777) == 0o700
+    if os.geteuid() != 0:
+        for path in (tmp_path / "root", tmp_path / "root" / "agent-a", first):
+            assert (path.stat().st_mode & 0o777) == 0o700
+        return
+    # A root worker: the parents are root's, searchable by the sandbox gid only;
+    # the workspace is the sandbox uid's, 0700.
+    identity = store.identity
+    for path in (tmp_path / "root", tmp_path / "root" / "agent-a"):
+        st = path.stat()
+        assert (st.st_mode & 0o777, st.st_uid, st.st_gid) == (0o710, 0, identity.gid)
+    st = first.stat()
+    assert (st.st_mode & 0o777, st.st_uid, st.st_gid) == (0o700, identity.uid, identity.gid)
 
 
 def test_workspace_turn_ids_never_become_paths(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ Layout (everything read-only except the workspace):
                                tokens. /etc/ssl/certs is the host's, bound read-only
                                over the stage's empty ssl/certs (kept current).
     /proc                      a new procfs: the new pid namespace shows only the call
+    /proc/sys, sysrq-trigger   read-only binds over it (sysctls are not a tool's to set;
+                               the values shown are still the call's own namespaces')
     /dev                       bwrap's minimal /dev (null, zero, random, tty, pts...);
                                read-only, so /dev/shm cannot hold shared memory
     /tmp                       an empty folder of the read-only root, holding only:
@@ -260,7 +262,14 @@ def _fixed_options(system_files: Path) -> tuple[str, ...]:
     # No tmpfs at /tmp: the workspace is bound at /tmp/vessel on bwrap's own
     # root, which --remount-ro / makes read-only (a tmpfs there would only be
     # remounted read-only too: one mount and one remount per call, ~0.2 ms).
-    opts += ["--proc", "/proc", "--dev", "/dev"]
+    opts += ["--proc", "/proc"]
+    # Read-only over the new procfs: bwrap covers /proc/irq and /proc/bus only
+    # when it runs as root, and /proc/sys never. (The host's /proc/sys, bound:
+    # a sysctl file shows the namespaces of the process reading it, so the
+    # values are the call's own, as in its own procfs.)
+    opts += ["--ro-bind", "/proc/sys", "/proc/sys"]
+    opts += ["--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
+    opts += ["--dev", "/dev"]
     return tuple(opts)
 
 

@@ -21,6 +21,24 @@ subreaper: bwrap's outer process exits before its pid-namespace init is
 reaped, and that orphan would otherwise stay a zombie (counted in pids.current)
 until the host's init reaps it, seconds later here.
 
+A root worker's launcher drops to the sandbox uid (`identity.py`) right
+after joining its slot cgroups, before it serves: setgroups([]), setresgid,
+setresuid, then a check that no id and no capability is left. Everything it
+starts (bwrap, the call) is that uid on the host, never root. The slot cgroups
+and their control files stay root's: the worker sets and reads them.
+
+The launcher lives in its slot's memory cgroup, and a call that fills it calls
+the OOM killer into that cgroup: it must pick the call, never the launcher
+(whose loss ends the call as a sandbox error instead of the memory text). So
+every child is born with oom_score_adj 1000 (the first to go), which needs no
+privilege: the launcher raises its own value to 1000 for the posix_spawn (the
+child inherits it at the vfork) and lowers it back to its starting value at
+once (allowed unprivileged, as that is not below the kernel's
+`oom_score_adj_min`; checked when the launcher starts). A call may lower its
+own value as far as that minimum (normally 0, the launcher's own) and no
+further: a hostile call can at most make the OOM killer weigh it against the
+launcher by size, and then it is usually the larger.
+
 The launcher process runs this file as a script (`python -I -S launcher.py`):
 isolated, no site-packages, standard-library imports only, so it starts fast and
 stays small (about 11 MB RSS, most of it shared with any Python). The worker's
@@ -38,6 +56,10 @@ Protocol, one call at a time per launcher:
   by that signal, as `subprocess` reports it; cpu: its tree's CPU time);
 - worker -> launcher: {"kill": true}: SIGKILL the child's process group, only
   while it is not reaped yet (so never a recycled pid).
+
+Started as `launcher.py FD RLIMITS_JSON IDENTITY_JSON [CGROUP_PROCS_FILE...]`,
+IDENTITY_JSON `{"uid": N or null, "gid": N or null, "oom": true or false}`:
+whom to drop to (null: stay) and whether to favour children as OOM victims.
 
 On EOF (the worker closed the socket or died) the launcher kills its child's
 group, reaps it, moves itself back to the parent cgroups, removes its slot
@@ -69,6 +91,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from workers.sandbox.cgroup import CallCgroup, CgroupSupport
+    from workers.sandbox.identity import SandboxIdentity
 
 __all__ = [
     "ARGS_FD",
@@ -109,6 +132,8 @@ _HEADROOM_BYTES = 8 * 1024 * 1024
 #: Calls with a smaller RLIMIT_DATA (memory_limit_mb) take the direct path: a
 #: launcher (about 10 MB of Python) would not fit under it with room to spare.
 MIN_DATA_BYTES = 32 * 1024 * 1024
+#: A call's processes are the OOM killer's first pick (the kernel's maximum).
+_CHILD_OOM_SCORE_ADJ = b"1000"
 
 
 def _send(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
@@ -140,7 +165,23 @@ def _recv_fds(sock: socket.socket) -> tuple[bytes, list[int]]:
 # --- the launcher process ----------------------------------------------------------
 
 
-def _spawn(request: Mapping[str, Any], fds: list[int]) -> int:
+class _OomBias:
+    """The launcher's own /proc/self/oom_score_adj, opened before any uid drop
+    (a dropped process is not dumpable: its /proc files become root's)."""
+
+    def __init__(self) -> None:
+        self.fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
+        self.own = os.pread(self.fd, 16, 0).strip() or b"0"
+        os.pwrite(self.fd, self.own, 0)  # EACCES here if it could not be lowered back
+
+    def for_child(self) -> None:
+        os.pwrite(self.fd, _CHILD_OOM_SCORE_ADJ, 0)
+
+    def back(self) -> None:
+        os.pwrite(self.fd, self.own, 0)
+
+
+def _spawn(request: Mapping[str, Any], fds: list[int], oom: _OomBias | None = None) -> int:
     """posix_spawn the call's command (vfork: no Python runs in the child); its pid.
 
     The child gets: stdin (or /dev/null) at 0, the output at 1 and 2, the memfds
@@ -175,15 +216,21 @@ def _spawn(request: Mapping[str, Any], fds: list[int]) -> int:
             actions.append((os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0))
         argv = [a.encode("latin-1") for a in request["argv"]]
         env = {k.encode("latin-1"): v.encode("latin-1") for k, v in request["env"].items()}
-        pid = os.posix_spawn(
-            argv[0],
-            argv,
-            env,
-            file_actions=actions,
-            setsid=True,  # its own session and process group: killpg reaches every process
-            setsigdef=_DEFAULT_SIGNALS,
-            setsigmask=(),
-        )
+        if oom is not None:
+            oom.for_child()  # inherited at the vfork: the call, not us, is the OOM victim
+        try:
+            pid = os.posix_spawn(
+                argv[0],
+                argv,
+                env,
+                file_actions=actions,
+                setsid=True,  # its own session and process group: killpg reaches every process
+                setsigdef=_DEFAULT_SIGNALS,
+                setsigmask=(),
+            )
+        finally:
+            if oom is not None:
+                oom.back()
         if cpu is not None:
             os.close(gate_r)
             gate_r = -1
@@ -201,6 +248,20 @@ def _spawn(request: Mapping[str, Any], fds: list[int]) -> int:
         for fd in (*high, gate_r, gate_w):
             if fd >= 0:
                 os.close(fd)
+
+
+def _drop_to(uid: int, gid: int) -> None:
+    """Become uid/gid for good: no supplementary groups, no capability left (OSError if any)."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
+        raise OSError(f"could not become uid {uid}, gid {gid}")
+    with open("/proc/self/status", "rb") as f:
+        for line in f:
+            name, _, value = line.partition(b":")
+            if name in (b"CapPrm", b"CapEff", b"CapAmb") and int(value.strip(), 16):
+                raise OSError(f"capabilities left after becoming uid {uid}: {line.decode()!r}")
 
 
 def _set_own_rlimits(rlimits: Sequence[Sequence[int]]) -> None:
@@ -245,22 +306,50 @@ def _leave_and_remove(procs_files: Sequence[str]) -> None:
             with open(os.path.join(os.path.dirname(slot), "cgroup.procs"), "wb") as f:
                 f.write(pid)
         except OSError:
-            continue  # the worker's close() or CgroupSupport.sweep removes it
-        # A call killed just now takes a moment to die (its pid namespace is torn
-        # down asynchronously, and its zombies are ours to reap): retry a while.
-        delay, deadline = 0.005, time.monotonic() + 3.0
-        while True:
-            _reap_all()
-            try:
-                os.rmdir(slot)
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                if time.monotonic() >= deadline:
-                    break  # the worker's close() or CgroupSupport.sweep removes it
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
+            continue  # dropped (the keeper removes it), or the worker's close() / sweep does
+        _remove_slot(slot)
+
+
+def _remove_slot(slot: str) -> None:
+    """rmdir a slot cgroup once it is empty (best effort, a few seconds)."""
+    # A call killed just now takes a moment to die (its pid namespace is torn
+    # down asynchronously, and its zombies are ours to reap): retry a while.
+    delay, deadline = 0.005, time.monotonic() + 3.0
+    while True:
+        _reap_all()
+        try:
+            os.rmdir(slot)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                return  # the worker's close() or CgroupSupport.sweep removes it
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+
+def _fork_keeper(sock: socket.socket, procs_files: Sequence[str]) -> None:
+    """Before dropping root: fork; the child returns and serves, the parent (the
+    keeper, never in the slot) waits for it and then removes the slot cgroups,
+    which the dropped launcher no longer may. This way a worker killed outright
+    leaves no slot behind, as a root launcher that drops nothing would not."""
+    pid = os.fork()
+    if pid == 0:
+        return
+    sock.close()  # the worker must see EOF when the launcher proper exits
+    _become_subreaper()  # the call's orphans, if the launcher dies first, are ours to reap
+    while True:
+        try:
+            os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+    for path in procs_files:
+        _remove_slot(os.path.dirname(path))
+    os._exit(0)
 
 
 def _reap_all() -> None:
@@ -331,18 +420,33 @@ def _reap_rest(wake_r: int, seconds: float) -> float:
 
 
 def serve(
-    sock: socket.socket, rlimits: Sequence[Sequence[int]], procs_files: Sequence[str]
+    sock: socket.socket,
+    rlimits: Sequence[Sequence[int]],
+    procs_files: Sequence[str],
+    identity: Mapping[str, Any] | None = None,
 ) -> None:
-    """The launcher's loop: one child at a time, until the socket's EOF."""
+    """The launcher's loop: one child at a time, until the socket's EOF.
+
+    `identity`: {"uid", "gid"} to drop to after joining the cgroups (None: stay),
+    {"oom": True} to make every child the OOM killer's first pick.
+    """
+    identity = identity or {}
+    oom: _OomBias | None = None
     try:
         os.set_inheritable(sock.fileno(), False)
         resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
+        if identity.get("uid") is not None and procs_files:
+            _fork_keeper(sock, procs_files)  # returns in the launcher proper
         _become_subreaper()
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)  # SIGCHLD wakes the select below
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         os.close(os.pidfd_open(os.getpid()))  # pidfds work here
-        _join(procs_files)  # last but one: what was allocated so far stays the worker's
+        _join(procs_files)  # what was allocated so far stays the worker's
+        if identity.get("oom"):
+            oom = _OomBias()
+        if identity.get("uid") is not None:
+            _drop_to(int(identity["uid"]), int(identity["gid"]))
         _set_own_rlimits(rlimits)
         # The launcher lives under the calls' RLIMIT_DATA too: make sure it has room.
         headroom = bytearray(_HEADROOM_BYTES)
@@ -384,7 +488,7 @@ def serve(
                     _send(sock, {"error": "launcher busy or request without its fds"})
                     continue
                 try:
-                    pid = _spawn(request, fds)
+                    pid = _spawn(request, fds, oom)
                     call_cpu = 0.0
                 except (OSError, ValueError) as exc:
                     _send(sock, {"error": f"cannot execute {request['argv'][0]}: {exc}"})
@@ -408,11 +512,11 @@ def serve(
 
 
 def main(argv: Sequence[str]) -> int:
-    """`launcher.py FD RLIMITS_JSON [CGROUP_PROCS_FILE...]`: serve on the socket at FD."""
+    """`launcher.py FD RLIMITS_JSON IDENTITY_JSON [CGROUP_PROCS_FILE...]`: serve on FD."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the worker's to handle
     sock = socket.socket(fileno=int(argv[0]))
     try:
-        serve(sock, json.loads(argv[1]), argv[2:])
+        serve(sock, json.loads(argv[1]), argv[3:], json.loads(argv[2]))
     finally:
         sock.close()
     return 0
@@ -542,6 +646,8 @@ class Launcher:
         #: The rlimits of every call it serves (its own, inherited by its children).
         self.rlimits = rlimits
         self.process = process
+        #: The serving process (for a root worker, a child of `process`, the keeper).
+        self.pid = process.pid
         self.sock = sock
         #: Set once the launcher died or broke the protocol: retire it.
         self.broken = False
@@ -552,9 +658,12 @@ class Launcher:
         self._failures = 0
 
     @classmethod
-    def start(cls, slot: CallCgroup | None, rlimits: Rlimits) -> Launcher:
+    def start(
+        cls, slot: CallCgroup | None, rlimits: Rlimits, identity: SandboxIdentity | None = None
+    ) -> Launcher:
         """Start a launcher in `slot` with `rlimits` and wait until it says ready;
-        LauncherUnavailable if it does not."""
+        LauncherUnavailable if it does not. With `identity.drop` it serves as
+        identity.uid/gid; with a memory slot its children are the OOM's first pick."""
         import subprocess  # noqa: PLC0415 (the launcher process never needs it)
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -569,6 +678,13 @@ class Launcher:
                         os.path.abspath(__file__),
                         str(theirs.fileno()),
                         json.dumps([list(pair) for pair in rlimits]),
+                        json.dumps(
+                            {
+                                "uid": identity.uid if identity and identity.drop else None,
+                                "gid": identity.gid if identity and identity.drop else None,
+                                "oom": slot is not None and "memory" in slot.paths,
+                            }
+                        ),
                         *procs_files,
                     ],
                     stdin=subprocess.DEVNULL,
@@ -589,8 +705,9 @@ class Launcher:
             message, fds = got
             for fd in fds:
                 os.close(fd)
-            if "ready" not in message:
+            if not isinstance(message.get("ready"), int):
                 raise LauncherUnavailable(f"a launcher refused to start: {message.get('error')}")
+            launcher.pid = message["ready"]
         except BaseException as exc:
             launcher.close()
             if isinstance(exc, LauncherLost):
@@ -741,10 +858,12 @@ class LauncherPool:
     launchers, and it refuses to serve if used from another pid anyway.
     """
 
-    def __init__(self, cgroups: CgroupSupport) -> None:
+    def __init__(self, cgroups: CgroupSupport, identity: SandboxIdentity | None = None) -> None:
         import threading  # noqa: PLC0415 (the launcher process never needs it)
 
         self.cgroups = cgroups
+        #: Whom its launchers serve as (None: the worker's own ids).
+        self.identity = identity
         self.owner = os.getpid()
         self._lock = threading.Lock()
         self._free: list[Launcher] = []  # most recently given back last
@@ -763,7 +882,7 @@ class LauncherPool:
                 memory_bytes=memory_bytes, cpu_limit=cpu_limit, pids_max=PIDS_MAX + 1, kind="slot"
             )
         try:
-            launcher = Launcher.start(slot, rlimits)
+            launcher = Launcher.start(slot, rlimits, self.identity)
         except BaseException:
             if slot is not None:
                 slot.remove()

@@ -3,7 +3,10 @@
 `check_confinement` proves the sandbox works here by running a real, tiny
 confined command through the same runner every call uses, and reading the
 kernel's own account of it (/proc/self/status inside): a seccomp filter in
-force, no capabilities, no_new_privs. Anything missing raises
+force, no capabilities, no_new_privs; and, from the host, the owner of a file
+it made in its workspace: a host uid that is not 0 (a root worker's calls run
+as `VESSEL_SANDBOX_UID`, `identity.py`). (uid_map read inside cannot tell: bwrap
+nests a second user namespace for --disable-userns.) Anything missing raises
 `ConfinementUnavailable` saying what and how to fix it. Success is cached per
 process (a prefork child inherits the parent's success only if the parent
 checked; each process may check again cheaply).
@@ -21,6 +24,7 @@ from broker.constants import SANDBOX_HOME
 from broker.errors import ConfinementUnavailable
 from broker.model import Agent, AgentSettings, DeclaredTool
 from workers.sandbox import seccomp
+from workers.sandbox.identity import SandboxIdentity
 from workers.sandbox.runner import SandboxRunner
 from workers.sandbox.workspace import WorkspaceStore
 
@@ -42,7 +46,7 @@ _FIX_SECCOMP = (
     "install libseccomp (apt-get install -y libseccomp2) and the Python binding "
     "(pip install pyseccomp)"
 )
-_PROBE_SCRIPT = "cat /proc/self/status; echo; cat /proc/1/cmdline"
+_PROBE_SCRIPT = f"cat /proc/self/status; echo; cat /proc/1/cmdline; : > {SANDBOX_HOME}/owner"
 
 
 def _fail(what: str) -> ConfinementUnavailable:
@@ -65,9 +69,16 @@ def _check() -> None:
         seccomp.filter_bytes()
     except (ImportError, OSError, AttributeError) as exc:
         raise _fail(f"the seccomp filter cannot be built ({exc}); {_FIX_SECCOMP}") from exc
+    try:
+        identity = SandboxIdentity.for_worker()
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
 
     with tempfile.TemporaryDirectory(prefix="vessel-probe-") as tmp:
         root = Path(tmp)
+        # A root worker's calls run as the sandbox uid: it must pass through
+        # (0711: search only, the names inside are not listable).
+        os.chmod(root, 0o711)  # noqa: S103 (search only: nothing to list)
         package = root / "package"
         package.mkdir()
         tool = DeclaredTool(
@@ -95,8 +106,17 @@ def _check() -> None:
             grants={},
             max_concurrent_calls=1,
         )
-        runner = SandboxRunner(WorkspaceStore(root / "workspaces"))
-        result = runner.run(call_id="probe", agent=agent, tool=tool, arguments={})
+        runner = SandboxRunner(WorkspaceStore(root / "workspaces", identity=identity))
+        try:
+            result = runner.run(call_id="probe", agent=agent, tool=tool, arguments={}, turn="probe")
+            try:
+                owner: int | None = (
+                    (runner.workspaces.turn_dir("probe", "probe") / "owner").stat().st_uid
+                )
+            except OSError:
+                owner = None
+        finally:
+            runner.close()  # its launchers and stage: nothing of the probe stays
     out = result.output
     if result.outcome != "ok":
         lowered = out.lower()
@@ -116,3 +136,9 @@ def _check() -> None:
         raise _fail("no_new_privs is not set inside the sandbox")
     if str(root) in out:
         raise _fail("host paths are visible in the sandbox's /proc/1/cmdline")
+    if owner is None or owner == 0:
+        seen = "an unknown uid" if owner is None else "host uid 0"
+        raise _fail(
+            f"the confined command ran as {seen}: a root worker's calls must run as an "
+            f"unprivileged uid ({identity.describe()})"
+        )

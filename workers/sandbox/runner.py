@@ -25,6 +25,19 @@ workspace_limit_mb or workspace_files: not run) and while it runs, from the poll
 loop (`watchdog.py`: past a limit, the tree is killed). `cpu_limit` is a CPU
 quota where a `cpu` hierarchy is writable, and RLIMIT_CPU everywhere (`limits.py`).
 
+Whose uid: a root worker's calls run as the sandbox uid (`identity.py`,
+`VESSEL_SANDBOX_UID`), never host root: the launcher drops to it, the direct
+path's wrapper executes bwrap through `setpriv`. The package folder and data
+mounts must be readable by that uid; a call whose are not gets a clear error
+(`_unreachable_text`), not bwrap's. A worker that is not root runs calls as
+itself, as before.
+
+The staged /etc (`_system_dir`) is one folder per worker process,
+`.system/etc-<random>`, marked as that process's by an flock on
+`.system/etc-<random>.lock` held for its life: no pid in a name a call can
+read in its mount table. A starting worker removes the stages whose lock no
+one holds (their worker is gone); `close` removes its own.
+
 `run` never raises for anything a tool does: every outcome is a `ToolResult`;
 a launcher lost mid-call is a `[sandbox error: launcher lost ...]` and is
 replaced. It is safe from many threads at once (every call has its own
@@ -37,9 +50,11 @@ and removes their slot cgroups.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import threading
@@ -71,6 +86,7 @@ from workers.sandbox.bwrap import (
     stage_etc,
 )
 from workers.sandbox.cgroup import CallCgroup, CgroupSettings, CgroupSupport, wrapper_argv
+from workers.sandbox.identity import ENV_SANDBOX_UID, unreachable
 from workers.sandbox.launcher import (
     ARGS_FD,
     SECCOMP_FD,
@@ -82,7 +98,7 @@ from workers.sandbox.limits import MIB, Limits, restrict_worker_msgqueue
 from workers.sandbox.outbox import DEFAULT_OUTBOX_CAP_BYTES, collect_outbox, ensure_mount_point
 from workers.sandbox.process import Child, Finished, run_child, run_process
 from workers.sandbox.watchdog import Usage, WorkspaceWatch
-from workers.sandbox.workspace import WorkspaceStore
+from workers.sandbox.workspace import WorkspaceStore, remove_tree
 
 __all__ = [
     "DEFAULT_OUTPUT_HARD_CAP_BYTES",
@@ -179,24 +195,84 @@ def _hit_cpu_limit(signal_name: str, finished: Finished, limits: Limits) -> int 
     return None
 
 
-#: A stage of a dead pid is removed only once this old: a pid may be another
-#: pid namespace's (workers in containers sharing one workspace root).
+#: Stage entries with no lock file (an older version's `etc-<pid>`, a crash
+#: between two steps) are removed only once this old.
 _STALE_STAGE_SECONDS = 3600.0
+#: A package or data folder found readable by the sandbox uid is checked again
+#: after this long (the check stats every folder above it: ~0.1 ms each; a
+#: folder made unreadable meanwhile fails its bind, with a scrubbed bwrap error).
+_READABLE_SECONDS = 10.0
+_STAGE_PREFIX = "etc-"
+_LOCK_SUFFIX = ".lock"
+_STAGE_RANDOM_BYTES = 8
+
+
+def _claim_stage(system: Path) -> tuple[Path, int]:
+    """A fresh stage path and the flock-ed descriptor that marks it as this process's.
+
+    The lock file is locked under a temporary name and renamed into place, so
+    no other worker ever sees it unlocked while its owner lives.
+    """
+    name = f"{_STAGE_PREFIX}{secrets.token_hex(_STAGE_RANDOM_BYTES)}"
+    tmp = system / f".{name}{_LOCK_SUFFIX}.new"
+    for attempt in range(3):
+        system.mkdir(mode=0o755, parents=True, exist_ok=True)
+        os.chmod(system, 0o755)  # noqa: S103 (the sandbox uid must reach its stage; umask aside)
+        try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(tmp, flags, 0o600)
+            break
+        except FileNotFoundError:  # another worker's close() removed .system just now
+            if attempt == 2:
+                raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until close(), or the process's end
+        os.rename(tmp, system / f"{name}{_LOCK_SUFFIX}")
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return system / name, fd
+
+
+def _stage_owner(name: str) -> str:
+    """`etc-X` for each entry of the stage `etc-X` (`etc-X.lock`, `.etc-X.<build>`)."""
+    return name.lstrip(".").split(".", 1)[0]
 
 
 def _remove_stale_stages(system: Path, *, keep: Path) -> None:
-    """Remove `etc-<pid>` stages of processes gone for a while (best effort)."""
+    """Remove the stages of workers that are gone: their lock is free (best effort)."""
+    owners: dict[str, list[Path]] = {}
     with contextlib.suppress(OSError):
-        for d in system.iterdir():
-            owner = d.name.removeprefix("etc-")
-            if d == keep or not d.name.startswith("etc-") or not owner.isdigit():
-                continue
+        for entry in system.iterdir():
+            if entry.name.lstrip(".").startswith(_STAGE_PREFIX):
+                owners.setdefault(_stage_owner(entry.name), []).append(entry)
+    for owner, entries in owners.items():
+        if owner == keep.name:
+            continue
+        lock = system / f"{owner}{_LOCK_SUFFIX}"
+        try:
+            fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            # No lock: an older version's `etc-<pid>` or a crash's leftover.
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if time.time() - entry.lstat().st_mtime >= _STALE_STAGE_SECONDS:
+                        remove_tree(entry)
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # held: its worker is alive
+            for entry in entries:
+                if entry != lock:
+                    remove_tree(entry)
             with contextlib.suppress(OSError):
-                if Path(f"/proc/{owner}").exists():
-                    continue
-                if time.time() - d.lstat().st_mtime < _STALE_STAGE_SECONDS:
-                    continue
-                shutil.rmtree(d, ignore_errors=True)
+                lock.unlink()
+        finally:
+            os.close(fd)
 
 
 class SandboxRunner:
@@ -215,7 +291,19 @@ class SandboxRunner:
         self.output_hard_cap_bytes = output_hard_cap_bytes
         self.outbox_cap_bytes = outbox_cap_bytes
         self.cgroup_settings = cgroups if cgroups is not None else CgroupSettings.from_env()
+        #: Whose host uid every call runs as (never 0): the workspaces' owner.
+        self.identity = workspaces.identity
         self._bwrap = shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
+        #: The direct path's drop for a root worker (util-linux, always on Debian).
+        self._setpriv = (
+            shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+            if self.identity.drop
+            else None
+        )
+        #: The workspace root was found reachable by the sandbox uid (checked once).
+        self._root_reachable = False
+        #: Host folders found readable by the sandbox uid, and when (monotonic).
+        self._readable: dict[Path, float] = {}
         # dash's ulimit cannot set RLIMIT_MSGQUEUE: set it here, every call inherits it.
         self._msgqueue_ok = restrict_worker_msgqueue()
         self._cgroups = (
@@ -224,6 +312,9 @@ class SandboxRunner:
             else CgroupSupport(parents={})
         )
         self._system_files: Path | None = None
+        #: The flock-ed lock of this process's stage (-1: none yet), and its owner.
+        self._stage_lock = -1
+        self._stage_pid = os.getpid()
         self._lock = threading.Lock()
         #: The slot launchers of this process; None: the direct path only.
         self._launchers: LauncherPool | None = None
@@ -235,7 +326,7 @@ class SandboxRunner:
 
     def _start_launchers(self) -> None:
         """Start the first launcher now: it proves the path works and serves the first call."""
-        pool = LauncherPool(self._cgroups)
+        pool = LauncherPool(self._cgroups, self.identity)
         try:
             # The default agent settings' limits: the launcher most calls can reuse.
             first = pool.take(
@@ -260,7 +351,26 @@ class SandboxRunner:
         """
         if self._launchers is not None:
             self._launchers.close()
-        self.workspaces.flush()
+        self._remove_stage()
+        self.workspaces.close()
+
+    def _remove_stage(self) -> None:
+        """Remove this process's staged /etc and its lock (a forked child leaves its
+        parent's alone)."""
+        with self._lock:
+            folder, self._system_files = self._system_files, None
+            lock, self._stage_lock = self._stage_lock, -1
+        if lock < 0 or self._stage_pid != os.getpid():
+            return
+        try:
+            if folder is not None:
+                remove_tree(folder)
+                with contextlib.suppress(OSError):
+                    (folder.parent / f"{folder.name}{_LOCK_SUFFIX}").unlink()
+                with contextlib.suppress(OSError):
+                    folder.parent.rmdir()  # .system, if no other worker's stage is there
+        finally:
+            os.close(lock)
 
     @property
     def cgroup_controllers(self) -> tuple[str, ...]:
@@ -275,29 +385,35 @@ class SandboxRunner:
     @property
     def cgroup_mode(self) -> str:
         """What is in force, for the start-up log, e.g. `per-call (cpu, memory, pids) via slot
-        launchers`, `off via slot launchers`, `per-call (none writable: rlimits only)
-        via the sh wrapper (...)`."""
+        launchers; calls run as uid 65520, gid 65520 (...)`, `off via slot launchers; ...`,
+        `per-call (none writable: rlimits only) via the sh wrapper (...); ...`."""
         if self.cgroup_settings.mode == "off":
             mode = "off"
         else:
             controllers = ", ".join(self._cgroups.controllers) or "none writable: rlimits only"
             mode = f"per-call ({controllers})"
         if self._launchers is not None:
-            return f"{mode} via slot launchers"
-        return f"{mode} via the sh wrapper ({self._direct_because or 'no sandbox'})"
+            path = "via slot launchers"
+        else:
+            path = f"via the sh wrapper ({self._direct_because or 'no sandbox'})"
+        return f"{mode} {path}; calls run as {self.identity.describe()}"
 
     def _system_dir(self) -> Path:
         """This process's staged /etc (`bwrap.stage_etc`), built at its first call.
 
-        One folder per worker process (`.system/etc-<pid>`), rebuilt if it went
-        missing (one stat per call); stages of dead workers are removed.
+        One folder per worker process (`.system/etc-<random>`, with its held
+        lock), rebuilt if it went missing (one stat per call); stages of dead
+        workers are removed.
         """
         with self._lock:
             folder = self._system_files
             if folder is None or not folder.is_dir():
+                self.workspaces.ensure_root()
                 system = self.workspaces.root / ".system"
-                folder = stage_etc(system / f"etc-{os.getpid()}")
-                os.chmod(self.workspaces.root, 0o700)
+                if folder is None or self._stage_lock < 0 or self._stage_pid != os.getpid():
+                    folder, self._stage_lock = _claim_stage(system)
+                    self._stage_pid = os.getpid()
+                folder = stage_etc(folder)
                 _remove_stale_stages(system, keep=folder)
                 self._system_files = folder
             return folder
@@ -338,6 +454,10 @@ class SandboxRunner:
             )
 
         timeout = tool.timeout_seconds or agent.settings.tool_timeout_seconds
+        if self.identity.drop:
+            refused = self._unreachable_text(agent)
+            if refused is not None:
+                return result(is_error=True, output=refused, outcome="error")
         try:
             workspace = self.workspaces.for_turn(agent.id, turn)
         except (OSError, ValueError) as exc:
@@ -462,6 +582,58 @@ class SandboxRunner:
             **files,
         )
 
+    def _unreachable_text(self, agent: Agent) -> str | None:
+        """A root worker's check that the sandbox uid can read what a call binds:
+        None if it can, else the call's error (sandbox paths only; the host path
+        goes to the log for the operator)."""
+        uid, gid = self.identity.uid, self.identity.gid
+        if not self._root_reachable:
+            self.workspaces.ensure_root()
+            blocked = unreachable(self.workspaces.root, uid, gid, read=False)
+            if blocked is not None:
+                _log.warning(
+                    "sandbox: %s is not searchable by uid %d (gid %d), so the workspace root "
+                    "%s cannot be bound: make every folder above the root searchable by it "
+                    "(chmod o+x) or set VESSEL_WORKSPACE_ROOT elsewhere",
+                    blocked,
+                    uid,
+                    gid,
+                    self.workspaces.root,
+                )
+                return (
+                    f"[sandbox error: the workspace root is not reachable by the sandbox's "
+                    f"uid {uid} (see the worker's log)]"
+                )
+            self._root_reachable = True
+        sources = [(PACKAGE_PATH, "the agent folder", agent.package_dir)]
+        sources += [(target, "the data mount", src) for target, src in sorted(agent.mounts.items())]
+        now = time.monotonic()
+        for shown, what, host in sources:
+            if now - self._readable.get(host, -_READABLE_SECONDS) < _READABLE_SECONDS:
+                continue
+            blocked = unreachable(host, uid, gid)
+            if blocked is None:
+                self._readable[host] = now
+                continue
+            _log.warning(
+                "sandbox: agent %s: %s %s (%s) is not readable by uid %d (gid %d): %s is "
+                "not %s by it",
+                agent.id,
+                what,
+                host,
+                shown,
+                uid,
+                gid,
+                blocked,
+                "readable" if blocked == host.resolve() else "searchable",
+            )
+            return (
+                f"[sandbox error: {what} {shown} is not readable by the sandbox's uid {uid}: "
+                f"its host folder, and every folder above it, must be readable by that uid "
+                f"(or set {ENV_SANDBOX_UID} to one that can read it)]"
+            )
+        return None
+
     def _take_launcher(
         self, memory_bytes: int, limits: Limits, cpu_limit: float
     ) -> Launcher | None:
@@ -473,7 +645,7 @@ class SandboxRunner:
         if pool.owner != os.getpid():
             with self._lock:  # a forked child (prefork): a pool of its own
                 if self._launchers is pool:
-                    self._launchers = LauncherPool(self._cgroups)
+                    self._launchers = LauncherPool(self._cgroups, self.identity)
                     weakref.finalize(self, self._launchers.close)
                 pool = self._launchers
             assert pool is not None
@@ -545,12 +717,21 @@ class SandboxRunner:
                 *command,
             ]
             if launcher is None:
+                drop: list[str] = []
+                if self.identity.drop:
+                    if self._setpriv is None:
+                        raise OSError(
+                            "setpriv (util-linux) not found: a root worker starts calls "
+                            f"as uid {self.identity.uid} with it (apt-get install util-linux)"
+                        )
+                    drop = self.identity.setpriv_argv(self._setpriv)
                 return run_process(
                     [
                         *wrapper_argv(
                             cgroup.procs_files if cgroup is not None else [],
                             limits.ulimit_script(),
                         ),
+                        *drop,
                         *bwrap_argv,
                     ],
                     stdin=stdin,

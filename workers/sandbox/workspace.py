@@ -5,15 +5,29 @@ Layout under the root (mode 0700 at every level, owned by the worker's user):
     <root>/<agent id>/<turn key>/        one turn's workspace, kept between its calls
     <root>/<agent id>/.call-<random>/    a one-call workspace (turn None), removed after it
     <root>/.outbox/<random>/             one call's $VESSEL_OUTBOX, removed once read
+    <root>/.turn-secret                  the key of turn keys (0600), made at the first turn
+
+For a root worker, whose calls run as the sandbox uid (`identity.py`), the
+workspaces and outboxes belong to that uid (0700) and the folders above them
+(the root, the agents' folders, `.outbox`, `.system`) to root with mode 0710
+and the sandbox gid: that gid may pass through them, nobody else may even do
+that. Ownership and modes are set through a descriptor opened with O_NOFOLLOW:
+never through a symlink.
 
 Those two are removed by a background thread once the call's result is made
 (`discard_later`), off the call's path: the sandbox that used them is dead by
 then, and nothing of theirs is read again. The same thread makes a couple of
 fresh ones ahead (empty, 0700, under the 0700 root: as fresh as a mkdir at the
-call), which `for_turn(..., None)` and `new_outbox` hand out first.
+call), which `for_turn(..., None)` and `new_outbox` hand out first; `close`
+removes them, and the parents left empty, so a worker that only ran calls
+without a turn leaves nothing behind.
 
 A turn id is the platform's, so it is never used as a path as is: it becomes a
-fixed-length hex key (sha256), which also keeps `..` and `/` out of paths.
+fixed-length hex key, an HMAC-SHA256 of the turn id under a secret kept in the
+root (`.turn-secret`, 0600, shared by every worker of that root, never
+mounted). A plain hash would let a tool that reads its mount table
+(/proc/self/mountinfo shows the workspace's host path) confirm a guess of its
+turn id; the key also keeps `..` and `/` out of paths.
 Each call gets its own outbox folder, bind-mounted over the workspace's
 `outbox/`: two calls of one turn running at once (parallel tool calls) never
 see or clear each other's files, and nothing a tool leaves there survives it.
@@ -26,19 +40,28 @@ between calls).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import hmac
 import os
 import queue
 import secrets
-import shutil
+import stat
 import threading
 import time
 from pathlib import Path
 
 from broker.constants import DEFAULT_WORKSPACE_ROOT
 from broker.loading.host_folders import workspace_root
+from workers.sandbox.identity import SandboxIdentity
 
-__all__ = ["DEFAULT_WORKSPACE_ROOT", "WorkspaceStore", "default_workspace_root", "remove_tree"]
+__all__ = [
+    "DEFAULT_WORKSPACE_ROOT",
+    "WorkspaceStore",
+    "default_workspace_root",
+    "remove_tree",
+    "set_owner",
+]
 
 
 _ONE_CALL_PREFIX = ".call-"
@@ -49,6 +72,14 @@ _SPARES = 2
 #: The janitor thread (`discard_later`) ends after this long without work.
 _JANITOR_IDLE_SECONDS = 10.0
 _OUTBOXES = ".outbox"
+#: The HMAC key of turn keys: 32 random bytes, 0600, in the root.
+_TURN_SECRET = ".turn-secret"  # noqa: S105 (a file name, not a secret)
+_SECRET_BYTES = 32
+#: Hex characters of a turn key (128 bits of the HMAC).
+_TURN_KEY_CHARS = 32
+#: A root worker's parents: root's, searchable by the sandbox gid only.
+_PARENT_MODE = 0o710
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def default_workspace_root() -> Path:
@@ -56,39 +87,109 @@ def default_workspace_root() -> Path:
     return workspace_root()
 
 
-def _turn_key(turn: str) -> str:
-    return hashlib.sha256(turn.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+def _turn_key(secret: bytes, turn: str) -> str:
+    digest = hmac.new(secret, turn.encode("utf-8", "surrogatepass"), hashlib.sha256)
+    return digest.hexdigest()[:_TURN_KEY_CHARS]
+
+
+def set_owner(path: Path, *, uid: int, gid: int, mode: int) -> None:
+    """chown and chmod the folder `path` itself: opened with O_NOFOLLOW, so never
+    through a symlink (OSError, ELOOP or ENOTDIR, if `path` is one)."""
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def _open_dir(name: str, parent_fd: int) -> int:
+    """Open the folder `name` of `parent_fd` without following a link; if a tool
+    made it unreadable (chmod 000), make it 0700 first (through an O_PATH
+    descriptor of the folder itself, never of a link's target)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except PermissionError:
+        pass
+    path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    try:
+        if stat.S_ISDIR(os.fstat(path_fd).st_mode):
+            os.chmod(f"/proc/self/fd/{path_fd}", 0o700)
+    finally:
+        os.close(path_fd)
+    return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+
+
+def _empty(fd: int) -> None:
+    """Remove everything in the open folder `fd`; a link is removed, never followed."""
+    with os.scandir(fd) as entries:
+        names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+    for name, is_dir in names:
+        with contextlib.suppress(FileNotFoundError):
+            if is_dir:
+                _remove_dir(name, fd)
+            else:
+                os.unlink(name, dir_fd=fd)
+
+
+def _remove_dir(name: str, parent_fd: int) -> None:
+    try:
+        fd = _open_dir(name, parent_fd)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        os.unlink(name, dir_fd=parent_fd)  # no longer a folder: a link or a file
+        return
+    try:
+        try:
+            _empty(fd)
+        except PermissionError:
+            # A tool made it read-only (chmod 500): fchmod the folder we hold open.
+            os.fchmod(fd, 0o700)
+            _empty(fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
 
 
 def remove_tree(path: Path) -> None:
-    """Remove a workspace whatever a tool left in it (read-only dirs included)."""
+    """Remove a workspace whatever a tool left in it (read-only dirs included), best effort.
 
-    def onerror(func: object, name: str, exc: object) -> None:
-        # A tool may chmod a folder 000: make it writable and retry once.
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(name), 0o700)
-            os.chmod(name, 0o700)
-        with contextlib.suppress(OSError):
-            if os.path.isdir(name) and not os.path.islink(name):
-                shutil.rmtree(name, ignore_errors=True)
-            else:
-                os.unlink(name)
-
-    if path.is_symlink():
-        path.unlink()
-        return
-    if path.exists():
-        shutil.rmtree(path, onerror=onerror)
+    Walked through descriptors (openat with O_NOFOLLOW): a symlink a tool left,
+    or swapped in while this runs, is removed itself; its target is never
+    entered, chmod-ed or removed.
+    """
+    try:
+        parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return  # no parent: nothing to remove
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            _remove_dir(path.name, parent_fd)
+    except OSError:
+        pass  # left for `sweep` (e.g. a folder a tool made immutable)
+    finally:
+        os.close(parent_fd)
 
 
 class WorkspaceStore:
     """One workspace per (agent, turn) under `root`, mode 0700."""
 
-    def __init__(self, root: Path, *, ttl_seconds: float = 3600.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        ttl_seconds: float = 3600.0,
+        identity: SandboxIdentity | None = None,
+    ) -> None:
+        """`identity`: whose calls use the workspaces (default: this worker's,
+        `SandboxIdentity.for_worker`, which raises ValueError for a bad setting)."""
         if ttl_seconds <= 0:
             raise ValueError(f"ttl_seconds must be positive, not {ttl_seconds!r}.")
         self.root = Path(root)
         self.ttl_seconds = ttl_seconds
+        self.identity = identity if identity is not None else SandboxIdentity.for_worker()
+        self._secret: bytes | None = None
         self._lock = threading.Lock()
         #: Parent folders made (and chmod-ed) once by this store: the root, the
         #: agents' folders, the outboxes' folder. Nothing here removes them; if
@@ -109,8 +210,65 @@ class WorkspaceStore:
         return self.root / agent_id
 
     def _ensure_dir(self, path: Path) -> None:
+        """A parent folder: 0700, or root's 0710 with the sandbox gid for a root worker."""
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(path, 0o700)
+        if self.identity.drop:
+            set_owner(path, uid=os.geteuid(), gid=self.identity.gid, mode=_PARENT_MODE)
+        else:
+            os.chmod(path, 0o700)
+
+    def _give(self, path: Path) -> None:
+        """A workspace or an outbox, just made or about to be used: the sandbox uid's, 0700."""
+        if self.identity.drop:
+            set_owner(path, uid=self.identity.uid, gid=self.identity.gid, mode=0o700)
+
+    def _turn_secret(self) -> bytes:
+        """The root's HMAC key of turn keys, made once (atomically: a link of a full file)."""
+        if self._secret is not None:
+            return self._secret
+        path = self.root / _TURN_SECRET
+        try:
+            secret = self._read_secret(path)
+        except FileNotFoundError:
+            tmp = self.root / f"{_TURN_SECRET}.{secrets.token_hex(6)}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, secrets.token_bytes(_SECRET_BYTES))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, path)  # EEXIST: another worker made it first; use theirs
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+            secret = self._read_secret(path)
+        self._secret = secret
+        return secret
+
+    @staticmethod
+    def _read_secret(path: Path) -> bytes:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            secret = os.read(fd, _SECRET_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(secret) != _SECRET_BYTES:
+            raise ValueError(f"{path} is not a turn secret ({len(secret)} bytes): remove it.")
+        return secret
+
+    def turn_dir(self, agent_id: str, turn: str) -> Path:
+        """Where the turn's workspace is (made or not)."""
+        with self._lock:
+            self._ensure_parents(self.root)
+            secret = self._turn_secret()
+        return self._agent_dir(agent_id) / _turn_key(secret, turn)
+
+    def ensure_root(self) -> None:
+        """Make the root (0700, or 0710 root:sandbox gid for a root worker) if needed."""
+        with self._lock:
+            self._ensure_parents(self.root)
 
     def _ensure_parents(self, *paths: Path) -> None:
         """`_ensure_dir` each of `paths` not yet made by this store (under the lock)."""
@@ -129,6 +287,7 @@ class WorkspaceStore:
                 self._ready.difference_update(parents)
                 self._ensure_parents(*parents)
                 path.mkdir(mode=0o700)
+        self._give(path)
 
     def _take_spare(self, parent: Path) -> Path | None:
         """A folder the janitor made ahead under `parent`, its mtime now; None if none."""
@@ -160,6 +319,7 @@ class WorkspaceStore:
             spare.mkdir(mode=0o700)
             if self.is_one_call(spare):
                 (spare / "outbox").mkdir(mode=0o700)  # the call's outbox mount point
+            self._give(spare)
         except OSError:
             return
         with self._lock:
@@ -181,8 +341,12 @@ class WorkspaceStore:
         with self._lock:
             self._ensure_dir(self.root)
             self._ensure_dir(agent_dir)
-            path = agent_dir / _turn_key(turn)
-            self._ensure_dir(path)
+            path = agent_dir / _turn_key(self._turn_secret(), turn)
+            path.mkdir(mode=0o700, exist_ok=True)
+            if self.identity.drop:
+                self._give(path)
+            else:
+                os.chmod(path, 0o700)
             os.utime(path)
         return path
 
@@ -268,11 +432,30 @@ class WorkspaceStore:
 
     def has_turn(self, agent_id: str, turn: str) -> bool:
         """True if the turn's workspace exists here (turn affinity: was this host its home?)."""
-        return (self._agent_dir(agent_id) / _turn_key(turn)).is_dir()
+        return self.turn_dir(agent_id, turn).is_dir()
 
     def end_turn(self, agent_id: str, turn: str) -> None:
         """Remove the turn's workspace (nothing happens if it is already gone)."""
-        remove_tree(self._agent_dir(agent_id) / _turn_key(turn))
+        remove_tree(self.turn_dir(agent_id, turn))
+
+    def close(self) -> None:
+        """Leave nothing of this process's behind: wait for the janitor, remove the
+        spares it made, then the parent folders this store made if they are empty
+        (another worker's next mkdir below them makes them again)."""
+        self.flush()
+        with self._lock:
+            spares = [p for stock in self._spares.values() for p in stock]
+            self._spares = {}
+            parents = sorted(self._ready - {self.root}, key=lambda p: -len(p.parts))
+            self._ready.clear()
+        if self._spares_pid != os.getpid():
+            spares = []  # a forked child's copy: the parent's to remove
+        for spare in spares:
+            with contextlib.suppress(OSError, ValueError):
+                self.discard(spare)
+        for parent in parents:
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only if empty
 
     def sweep(self) -> int:
         """Remove workspaces idle past the TTL; return how many were removed."""
