@@ -35,6 +35,7 @@ from celery import Celery
 from broker.errors import UnknownAgent
 from broker.files import MAX_FILE_BYTES, MAX_LIST_ENTRIES, OPERATIONS, check_path
 from broker.queues import WORKSPACE_OP_TASK, home_lane
+from workers.sandbox.workspace import share_with_workspace_owner
 
 if TYPE_CHECKING:
     from workers.tasks import CallRuntime
@@ -82,7 +83,9 @@ def _open_dir(name: str, dir_fd: int, *, make: bool, shown: str) -> int:
         raise OpRefused(f"{shown}: {exc.strerror}") from None
     with contextlib.suppress(FileExistsError):
         os.mkdir(name, 0o700, dir_fd=dir_fd)
-    return _open_dir(name, dir_fd, make=False, shown=shown)
+    made = _open_dir(name, dir_fd, make=False, shown=shown)
+    share_with_workspace_owner(made, dir_fd)
+    return made
 
 
 @contextlib.contextmanager
@@ -112,6 +115,7 @@ def _put(workspace: Path, path: str, data: bytes) -> dict[str, Any]:
         temporary = f".vessel-put-{secrets.token_hex(8)}"
         fd = os.open(temporary, _WRITE_FLAGS, 0o600, dir_fd=dir_fd)
         try:
+            share_with_workspace_owner(fd, dir_fd)
             try:
                 view = memoryview(data)
                 while view:

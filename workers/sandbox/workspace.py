@@ -61,6 +61,7 @@ __all__ = [
     "default_workspace_root",
     "remove_tree",
     "set_owner",
+    "share_with_workspace_owner",
 ]
 
 
@@ -101,6 +102,22 @@ def set_owner(path: Path, *, uid: int, gid: int, mode: int) -> None:
         os.fchmod(fd, mode)
     finally:
         os.close(fd)
+
+
+def share_with_workspace_owner(fd: int, dir_fd: int) -> None:
+    """Give `fd` (a file or folder a worker just made in a workspace) to the owner
+    of `dir_fd`, the folder it was made in.
+
+    A root worker's calls run as the sandbox uid, which owns the workspace: a
+    file the worker writes there for a call (`files put`, a plugin's
+    host.workspace.write) must be that uid's too, or the tool cannot read it.
+    A worker that is not root makes files as the workspace's owner already.
+    """
+    if os.geteuid() != 0:
+        return
+    owner = os.fstat(dir_fd)
+    if owner.st_uid != 0:
+        os.fchown(fd, owner.st_uid, owner.st_gid)
 
 
 def _open_dir(name: str, parent_fd: int) -> int:

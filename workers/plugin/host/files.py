@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from workers.sandbox.workspace import WorkspaceStore
+from workers.sandbox.workspace import WorkspaceStore, share_with_workspace_owner
 
 __all__ = [
     "MAX_LIST_ENTRIES",
@@ -95,11 +95,16 @@ def _kind(mode: int) -> Literal["file", "directory", "symlink", "other"]:
 
 def _open_dir(parent: int, name: str, shown: str, *, create: bool) -> int:
     """The fd of folder `name` in `parent`, never following a link (made if `create`)."""
+    made = False
     if create:
         with suppress(FileExistsError):
             os.mkdir(name, 0o700, dir_fd=parent)
+            made = True
     try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+        if made:
+            share_with_workspace_owner(fd, parent)
+        return fd
     except FileNotFoundError:
         raise NotFound(shown) from None
     except OSError as exc:
@@ -174,6 +179,7 @@ class LocalFiles:
             tmp = f"{_TMP_PREFIX}{secrets.token_hex(8)}"
             fd = os.open(tmp, _WRITE_FLAGS, 0o600, dir_fd=parent)
             try:
+                share_with_workspace_owner(fd, parent)
                 with os.fdopen(fd, "wb", closefd=True) as out:
                     out.write(data)
                 try:
