@@ -45,8 +45,9 @@ neither. The domain lives on through exec and is inherited by every child.
 
 With `REPORT_FLAG` as the first word of the command, the prefix first prints
 one line saying what it applied (the kernel accepted the ruleset and the
-domain), and whether binding a socketpair end to a path in $TMPDIR was refused
-(tested, not assumed). The confinement probe runs it at start-up (`probe.py`,
+domain) and what it saw refused, tested, not assumed: a socketpair end bound
+to a path in $TMPDIR, and a datagram sent to an abstract name bound before
+the domain (as by anything outside the call). The confinement probe runs it at start-up (`probe.py`,
 which logs it). A tool may use the flag too: it learns nothing it could not
 test itself.
 """
@@ -88,14 +89,16 @@ _SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET (ABI
 # (8 or 24) tells the kernel which fields are given. The rule is
 # {u64 allowed_access; s32 parent_fd} packed (12 bytes), type 1 = PATH_BENEATH,
 # on an O_PATH (010000000) fd of /. no_new_privs is already set by bwrap.
-# In report mode, $p: 1 if binding a socketpair end to a path was refused.
-# The scope cannot be tested from inside: with socket(AF_UNIX) refused, the
-# only sockets are socketpair ends, which may always talk to their peer; the
-# line says the kernel accepted it (tests/sandbox/test_sandbox_hostile.py
-# proves it from the host).
+# In report mode, before the domain: a datagram socketpair end ($x), turned
+# unconnected (connect AF_UNSPEC: then anyone may send to it) and bound to an
+# abstract name; after it: $p, 1 if binding a socketpair end to a path was
+# refused, and $n, 1 if sending to that name from inside the domain was
+# (-1: not tested).
 _PERL_SCRIPT = r"""
 my $r = $ARGV[0] eq '@REPORT@' && shift;
-my ($abi, $fs, $sc, $p) = (syscall(444, 0, 0, 1), 0, 0, 0);
+my ($abi, $fs, $sc, $p, $n, $x) = (syscall(444, 0, 0, 1), 0, 0, 0, 0, 0);
+my $an = pack('S', 1) . "\0vessel-landlock-$$";
+$x = socketpair(U, V, 1, 2, 0) && connect(U, pack('S', 0)) && bind(U, $an) if $r;
 if ($abi >= @ABI_REFER@) {
   my $s = $abi >= @ABI_SCOPE@ ? @SCOPE@ : 0;
   my ($fd, $root) = syscall(444, pack('QQQ', @HANDLED@, 0, $s), $s ? 24 : 8, 0);
@@ -107,8 +110,9 @@ if ($r) {
   my $path = ($ENV{TMPDIR} || '/tmp') . "/.vessel-landlock-$$";
   socketpair(C, D, 1, 2, 0) or die "socketpair: $!";
   $p = bind(C, pack('S', 1) . $path) ? 0 : 1; unlink $path unless $p;
+  $n = $x ? (send(C, 'x', 0, $an) ? 0 : 1) : -1;
   print "vessel-landlock: abi=$abi make_sock=$fs scope_abstract=$sc ",
-    "socket_file_refused=$p\n";
+    "socket_file_refused=$p abstract_send_refused=$n\n";
 }
 delete $ENV{PWD};
 exec { $ARGV[0] } @ARGV;
@@ -133,7 +137,7 @@ COMMAND_PREFIX: tuple[str, ...] = (PERL, "-e", SCRIPT, "--")
 
 _REPORT_LINE = re.compile(
     r"^vessel-landlock: abi=(-?\d+) make_sock=([01]) scope_abstract=([01]) "
-    r"socket_file_refused=([01])$",
+    r"socket_file_refused=([01]) abstract_send_refused=(-?[01])$",
     re.MULTILINE,
 )
 
@@ -156,6 +160,8 @@ class LandlockReport:
     make_sock: bool
     scope_abstract: bool
     socket_file_refused: bool
+    #: None: the test name could not be bound before the domain (not tested).
+    abstract_send_refused: bool | None
 
     @property
     def expected(self) -> tuple[bool, bool]:
@@ -171,7 +177,7 @@ class LandlockReport:
                 f"Landlock ABI {self.abi} can refuse socket files, but a socket file "
                 "could be made in the sandbox"
             )
-        if scoped and not self.scope_abstract:
+        if scoped and not (self.scope_abstract and self.abstract_send_refused is not False):
             out.append(
                 f"Landlock ABI {self.abi} can scope abstract unix sockets, but one bound "
                 "outside the call's domain could be reached"
@@ -191,7 +197,7 @@ class LandlockReport:
         )
         abstract = (
             "abstract unix sockets scoped to the call (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)"
-            if self.scope_abstract
+            if self.scope_abstract and self.abstract_send_refused is not False
             else "abstract unix sockets NOT scoped (needs Landlock ABI 6, kernel 6.12+; "
             "each call's own network namespace still holds its abstract names)"
         )
@@ -203,10 +209,11 @@ def parse_report(output: str) -> LandlockReport | None:
     match = _REPORT_LINE.search(output)
     if match is None:
         return None
-    abi, make_sock, scoped, file_refused = match.groups()
+    abi, make_sock, scoped, file_refused, send_refused = match.groups()
     return LandlockReport(
         abi=max(int(abi), 0),
         make_sock=make_sock == "1",
         scope_abstract=scoped == "1",
         socket_file_refused=file_refused == "1",
+        abstract_send_refused=None if send_refused == "-1" else send_refused == "1",
     )

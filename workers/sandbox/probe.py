@@ -3,7 +3,9 @@
 `check_confinement` proves the sandbox works here by running a real, tiny
 confined command through the same runner every call uses, and reading the
 kernel's own account of it (/proc/self/status inside): a seccomp filter in
-force, no capabilities, no_new_privs. Anything missing raises
+force, no capabilities, no_new_privs; and the Landlock prefix's own report
+(`landlock.REPORT_FLAG`): what of Landlock is in force, logged at start-up,
+and refused if the kernel offers more than holds. Anything missing raises
 `ConfinementUnavailable` saying what and how to fix it. Success is cached per
 process (a prefork child inherits the parent's success only if the parent
 checked; each process may check again cheaply).
@@ -11,6 +13,7 @@ checked; each process may check again cheaply).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -20,12 +23,13 @@ from pathlib import Path
 from broker.constants import SANDBOX_HOME
 from broker.errors import ConfinementUnavailable
 from broker.model import Agent, AgentSettings, DeclaredTool
-from workers.sandbox import seccomp
+from workers.sandbox import landlock, seccomp
 from workers.sandbox.runner import SandboxRunner
 from workers.sandbox.workspace import WorkspaceStore
 
 __all__ = ["check_confinement"]
 
+_log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _confirmed: set[int] = set()  # pids of processes that passed (os.fork keeps the set)
 
@@ -77,7 +81,7 @@ def _check() -> None:
             scope="tools:read",
             timeout_seconds=10.0,
             source=package / "probe.toml",
-            command=("/bin/sh", "-c", _PROBE_SCRIPT),
+            command=(landlock.REPORT_FLAG, "/bin/sh", "-c", _PROBE_SCRIPT),
             input="args",
         )
         agent = Agent(
@@ -116,3 +120,13 @@ def _check() -> None:
         raise _fail("no_new_privs is not set inside the sandbox")
     if str(root) in out:
         raise _fail("host paths are visible in the sandbox's /proc/1/cmdline")
+    report = landlock.parse_report(out)
+    if report is None:
+        raise _fail(
+            f"the sandbox's Landlock prefix ({landlock.PERL}) printed no report; "
+            f"it said: {out.strip()[:500]}"
+        )
+    if problems := report.problems():
+        raise _fail("; ".join(problems))
+    all_held = report.make_sock and report.scope_abstract
+    (_log.info if all_held else _log.warning)("sandbox: Landlock: %s", report.describe())

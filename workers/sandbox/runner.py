@@ -2,7 +2,7 @@
 
     slot launcher (in its slot's cgroups; the call's rlimits are its own)
         -> posix_spawn bwrap (namespaces, mounts, --args memfd, --seccomp memfd)
-        -> /usr/bin/env -u PWD -- the tool's command
+        -> /usr/bin/perl -e <Landlock prefix> -- the tool's command (landlock.py)
 
 A call takes a launcher from this process's pool (`launcher.py`; the pool grows
 to the number of calls at once) and gives it back after; the launcher's slot
@@ -167,6 +167,9 @@ class SandboxRunner:
         self.outbox_cap_bytes = outbox_cap_bytes
         self.cgroup_settings = cgroups if cgroups is not None else CgroupSettings.from_env()
         self._bwrap = shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
+        # The sandbox's /usr is the host's: the prefix bwrap executes is there or not.
+        self._prefix = COMMAND_PREFIX
+        self._prefix_ok = os.access(self._prefix[0], os.X_OK)
         # dash's ulimit cannot set RLIMIT_MSGQUEUE: set it here, every call inherits it.
         self._msgqueue_ok = restrict_worker_msgqueue()
         self._cgroups = (
@@ -286,6 +289,9 @@ class SandboxRunner:
                 is_error=True, output=f"[sandbox unavailable: {missing}]", outcome="error"
             )
 
+        if not self._prefix_ok:
+            return result(is_error=True, output=self._prefix_missing_text(), outcome="error")
+
         timeout = tool.timeout_seconds or agent.settings.tool_timeout_seconds
         try:
             workspace = self.workspaces.for_turn(agent.id, turn)
@@ -357,6 +363,9 @@ class SandboxRunner:
             )
         code = finished.returncode
         assert code is not None
+        if text.startswith(f"bwrap: execvp {self._prefix[0]}:"):
+            # The prefix went missing after start-up: the tool never ran.
+            return result(is_error=True, output=self._prefix_missing_text(), outcome="error")
         if text.startswith(_SETUP_ERROR_PREFIXES):
             # bwrap's (or the wrapper's, or the launcher's) own error: the command
             # never ran, and the message may name host paths the model must not see.
@@ -374,6 +383,12 @@ class SandboxRunner:
             exit_code=code,
             outcome="ok" if code == 0 else "error",
             **files,
+        )
+
+    def _prefix_missing_text(self) -> str:
+        return (
+            f"[sandbox error: {self._prefix[0]} not found: every call starts with it "
+            "(it applies the Landlock ruleset, then runs the tool); install perl-base]"
         )
 
     def _take_launcher(self, memory_bytes: int, limits: Limits) -> Launcher | None:
@@ -452,7 +467,7 @@ class SandboxRunner:
                 "--args",
                 str(ARGS_FD if launcher is not None else args_fd),
                 "--",
-                *COMMAND_PREFIX,
+                *self._prefix,
                 *command,
             ]
             if launcher is None:
