@@ -243,7 +243,8 @@ def _fixed_options(system_files: Path) -> tuple[str, ...]:
         SANDBOX_HOSTNAME,
         "--clearenv",
     ]
-    for name, value in SANDBOX_ENV.items():
+    # The prefix's own variables too: it deletes them before it execs the tool.
+    for name, value in {**SANDBOX_ENV, **landlock.PREFIX_ENV}.items():
         opts += ["--setenv", name, value]
 
     for top in _SYSTEM_TOP:
