@@ -5,6 +5,7 @@ test checks that a normal call still works after all of them."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import resource
@@ -803,8 +804,13 @@ def test_abstract_socket_bound_outside_the_call_is_unreachable(sandbox: Sandbox)
         pid = _pid_running(f"/agent/tools/{tool}.py")
         ns = f"/proc/{pid}"
         enter = ["nsenter", f"--net={ns}/ns/net"]
-        if os.geteuid() != 0:  # the call's user namespace is ours: enter it first
-            enter = ["nsenter", f"--user={ns}/ns/user", "--preserve-credentials", enter[1]]
+        owner = -1
+        if os.geteuid() != 0:
+            # Not root: first the user namespace that owns the call's network
+            # namespace (bwrap's outer one, which we own), as the kernel names it.
+            with open(f"{ns}/ns/net", "rb") as net:
+                owner = fcntl.ioctl(net.fileno(), _NS_GET_USERNS)
+            enter = ["nsenter", f"--user=/proc/self/fd/{owner}", "--preserve-credentials", enter[1]]
         listener = subprocess.Popen(
             [
                 *enter,
@@ -822,7 +828,10 @@ def test_abstract_socket_bound_outside_the_call_is_unreachable(sandbox: Sandbox)
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            pass_fds=(owner,) if owner >= 0 else (),
         )
+        if owner >= 0:
+            os.close(owner)
         assert listener.stdout is not None
         first = listener.stdout.readline()
         (workspace / "go").touch()
@@ -833,6 +842,10 @@ def test_abstract_socket_bound_outside_the_call_is_unreachable(sandbox: Sandbox)
     assert first == "bound\n", first + rest
     assert outputs == ["refused 1\n"]
     assert rest == "nothing\n"
+
+
+#: ioctl on a namespace fd: a new fd of the user namespace that owns it (linux/nsfs.h).
+_NS_GET_USERNS = 0xB701
 
 
 def _pid_running(script: str) -> int:
