@@ -39,17 +39,18 @@ ABI 1 has no way to grant REFER: a domain there would make every rename into
 another folder fail with EXDEV, so ABI 1 gets no domain at all.
 
 The syscall numbers (444, 445, 446) are the same on every architecture (new
-system calls share one table since 5.1). The ruleset's and the O_PATH fd of /
-are close-on-exec (Perl marks every fd above 2 so), so the tool inherits
-neither. The domain lives on through exec and is inherited by every child.
+system calls share one table since 5.1). The ruleset's fd is close-on-exec
+(the kernel makes it so) and so is the O_PATH fd of / (Perl marks every fd it
+opens above 2 so): the tool inherits neither. The domain lives on through
+exec and is inherited by every child.
 
 With `REPORT_FLAG` as the first word of the command, the prefix first prints
 one line saying what it applied (the kernel accepted the ruleset and the
 domain) and what it saw refused, tested, not assumed: a socketpair end bound
 to a path in $TMPDIR, and a datagram sent to an abstract name bound before
-the domain (as by anything outside the call). The confinement probe runs it at start-up (`probe.py`,
-which logs it). A tool may use the flag too: it learns nothing it could not
-test itself.
+the domain (as by anything outside the call). The confinement probe runs it
+at start-up (`probe.py`, which logs it). A tool may use the flag too: it
+learns nothing it could not test itself.
 """
 
 from __future__ import annotations
