@@ -918,6 +918,33 @@ def test_prefix_missing_is_a_sandbox_error_and_the_probe_refuses(
         probe.check_confinement()
 
 
+@pytest.mark.parametrize(
+    ("line", "problems", "says"),
+    [
+        ("abi=-1 make_sock=0 scope_abstract=0 socket_file_refused=0 abstract_send_refused=0",
+         0, "no Landlock in this kernel"),
+        ("abi=1 make_sock=0 scope_abstract=0 socket_file_refused=0 abstract_send_refused=0",
+         0, "socket files NOT refused (needs Landlock ABI 2"),
+        ("abi=3 make_sock=1 scope_abstract=0 socket_file_refused=1 abstract_send_refused=0",
+         0, "abstract unix sockets NOT scoped (needs Landlock ABI 6"),
+        ("abi=3 make_sock=0 scope_abstract=0 socket_file_refused=0 abstract_send_refused=0",
+         1, "socket files NOT refused"),
+        ("abi=7 make_sock=1 scope_abstract=1 socket_file_refused=1 abstract_send_refused=0",
+         1, "abstract unix sockets NOT scoped"),
+        ("abi=7 make_sock=1 scope_abstract=1 socket_file_refused=1 abstract_send_refused=1",
+         0, "socket files refused (LANDLOCK_ACCESS_FS_MAKE_SOCK); abstract unix sockets scoped"),
+    ],
+)  # fmt: skip
+def test_landlock_report_on_each_kernel(line: str, problems: int, says: str) -> None:
+    # What the probe concludes from the prefix's line on older kernels (this one
+    # has ABI 7): what the ABI lacks is said, never refused; what it has but
+    # does not hold is refused.
+    report = landlock.parse_report(f"vessel-landlock: {line}\n")
+    assert report is not None
+    assert len(report.problems()) == problems
+    assert says in report.describe()
+
+
 # --- after the catalogue -----------------------------------------------------------------
 
 
