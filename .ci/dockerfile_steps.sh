@@ -50,12 +50,15 @@ python3 -m venv "$work/venv"
 /usr/bin/tini --version >/dev/null
 
 # --- 4. bubblewrap for a user without capabilities ------------------------------------
-if [ "$(id -u)" -eq 0 ]; then
-  setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all \
-    bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL \
-    --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp -- /bin/true
-else
+# It runs the Landlock prefix every call starts with (workers/sandbox/landlock.py:
+# /usr/bin/perl, Essential in Debian) in its report mode, then /bin/true.
+mapfile -d '' prefix < <(cd "$work" && "$work/venv/bin/python" -c \
+  'import sys; from workers.sandbox import landlock as l
+sys.stdout.write("".join(a + "\0" for a in (*l.COMMAND_PREFIX, l.REPORT_FLAG)))')
+as_user=()
+[ "$(id -u)" -ne 0 ] || as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all)
+"${as_user[@]+"${as_user[@]}"}" \
   bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL \
-    --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp -- /bin/true
-fi
+  --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp --setenv TMPDIR /tmp \
+  -- "${prefix[@]}" /bin/true | grep '^vessel-landlock: ' >&2
 echo "dockerfile_steps: the image's install steps work here" >&2

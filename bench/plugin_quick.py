@@ -26,6 +26,7 @@ from workers.plugin.runner import PluginRunner
 from workers.plugin.stage import make_stage, node_binary, remove_stage
 from workers.sandbox import seccomp
 from workers.sandbox.bwrap import spawn_env
+from workers.sandbox.identity import SandboxIdentity
 
 HANDLER = 'globalThis.tools.one = { description: "One.", handler: () => 1 };\n'
 RAW = "process.stdout.write(JSON.stringify((() => 1)()));\n"
@@ -68,7 +69,7 @@ def _raw_once(stage: Path) -> float:
             env=spawn_env(),
             capture_output=True,
             check=False,
-            user=confine.RUNTIME_UID if os.geteuid() == 0 else None,
+            user=SandboxIdentity.for_worker().uid if os.geteuid() == 0 else None,
         )
     finally:
         os.close(fd)

@@ -4,6 +4,9 @@
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# What this makes (.venv) must be readable by the unprivileged test user of
+# scripts/test-unprivileged, whatever the caller's umask.
+umask 022
 
 need_apt=()
 command -v bwrap >/dev/null || need_apt+=(bubblewrap)

@@ -5,20 +5,29 @@ test checks that a normal call still works after all of them."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
+import stat
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
-from workers.sandbox import cgroup
+from broker.errors import ConfinementUnavailable
+from workers.sandbox import cgroup, landlock, probe
+from workers.sandbox import runner as runner_module
 from workers.sandbox.cgroup import CgroupSettings
 from workers.sandbox.runner import SandboxRunner
+from workers.sandbox.workspace import WorkspaceStore
 
 from .conftest import FORK_BOMB, Sandbox
 
@@ -814,6 +823,311 @@ def test_signal_worker_via_pid_guess(sandbox: Sandbox) -> None:
         "except ProcessLookupError:\n    print('no such process')\n"
     )
     assert sandbox.call(script).output == "no such process\n"
+
+
+# --- sockets: vsock, socket files, abstract names (Landlock) ---------------------------
+#
+# socket(AF_UNIX) is refused by the seccomp filter, but socketpair(AF_UNIX) is
+# allowed, and bind() on one of its ends makes a socket file or binds an
+# abstract name. The call's Landlock domain (landlock.py, applied by the prefix
+# bwrap executes) refuses the first and scopes the second, where the kernel's
+# Landlock ABI has them (this machine: 6.18, ABI 7).
+
+#: Python, in the sandbox: an unconnected datagram socket made from a socketpair
+#: end (connect(AF_UNSPEC) drops its peer, so anyone may then send to it).
+_UNCONNECTED_DGRAM = (
+    "import ctypes, socket\n"
+    "def unconnected_dgram():\n"
+    "    u, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+    "    libc = ctypes.CDLL(None, use_errno=True)\n"
+    "    assert libc.connect(u.fileno(), ctypes.byref(ctypes.c_ushort(0)), 2) == 0\n"
+    "    return u, peer\n"
+)
+
+
+def _needs_landlock(abi: int, what: str) -> None:
+    if landlock.kernel_abi() < abi:
+        pytest.skip(f"{what} needs Landlock ABI {abi}; this kernel has {landlock.kernel_abi()}")
+
+
+def test_socket_af_vsock_refused(sandbox: Sandbox) -> None:
+    # vsock is not stopped by the network namespace: on a VM it reaches the host.
+    script = (
+        "import socket\n"
+        "for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):\n"
+        "    try:\n"
+        "        socket.socket(40, kind); print('CREATED')\n"
+        "    except OSError as exc:\n"
+        "        print(exc.errno)\n"
+    )
+    assert sandbox.call(script).output == "1\n1\n1\n"
+
+
+def test_socketpair_bind_to_a_workspace_path_makes_no_socket_file(sandbox: Sandbox) -> None:
+    _needs_landlock(landlock.ABI_REFER, "refusing socket files")
+    script = (
+        "import os, socket, stat\n"
+        "for path in ('/tmp/vessel/s.sock', os.environ['VESSEL_OUTBOX'] + '/s.sock'):\n"
+        "    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):\n"
+        "        a, b = socket.socketpair(socket.AF_UNIX, kind)\n"
+        "        try:\n"
+        "            a.bind(path); print('BOUND', path)\n"
+        "        except OSError as exc:\n"
+        "            print(exc.errno)\n"
+        "try:\n"
+        "    os.mknod('/tmp/vessel/n.sock', 0o600 | stat.S_IFSOCK); print('MKNOD')\n"
+        "except OSError as exc:\n"
+        "    print(exc.errno)\n"
+        "print(sorted(os.listdir('/tmp/vessel')))\n"
+    )
+    result = sandbox.call(script, turn="sockets")
+    assert result.output == "13\n13\n13\n13\n13\n['outbox']\n", result.output
+    workspace = sandbox.workspace("sockets")
+    made = [p for p in workspace.rglob("*") if stat.S_ISSOCK(p.lstat().st_mode)]
+    assert made == []
+
+
+def test_renames_into_another_folder_still_work(sandbox: Sandbox) -> None:
+    # Every Landlock filesystem domain refuses moving a file into another folder
+    # unless REFER is granted: the ruleset grants it beneath /, or tools break.
+    script = (
+        "import os\n"
+        "os.makedirs('a'); os.makedirs('b'); open('a/f', 'w').write('x')\n"
+        "os.rename('a/f', 'b/f'); os.link('b/f', 'a/g'); os.replace('a/g', 'b/g')\n"
+        "print(sorted(os.listdir('b')))\n"
+    )
+    result = sandbox.call(script, workdir="/tmp/vessel")
+    assert result.output == "['f', 'g']\n"
+
+
+def test_abstract_socket_between_two_calls_at_once(sandbox: Sandbox) -> None:
+    """Two calls of one agent (one turn, one workspace) running at once try to
+    talk over an abstract unix socket: one binds an unconnected datagram socket
+    to an abstract name and waits; the other sends to that name.
+
+    It cannot, for two reasons, and this test alone does not tell them apart:
+    each call has its own network namespace (abstract names live in one: the
+    sender finds no such name, ECONNREFUSED), and each call is its own Landlock
+    domain with abstract sockets scoped (EPERM if they shared a namespace).
+    The scope itself is proved by the two tests below.
+    """
+    name = f"vessel-test-{os.getpid()}-{time.monotonic_ns()}"
+    server = _UNCONNECTED_DGRAM + (
+        "import os, time\n"
+        "u, peer = unconnected_dgram()\n"
+        f"u.bind(b'\\0{name}'); open('/tmp/vessel/bound', 'w').close()\n"
+        "u.settimeout(2.5)\n"
+        "try:\n"
+        "    print('RECEIVED', u.recv(100))\n"
+        "except TimeoutError:\n"
+        "    print('nothing')\n"
+    )
+    client = _UNCONNECTED_DGRAM + (
+        "import os, time\n"
+        "deadline = time.monotonic() + 2\n"
+        "while not os.path.exists('/tmp/vessel/bound') and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "print('bound seen', os.path.exists('/tmp/vessel/bound'))\n"
+        "c, peer = unconnected_dgram()\n"
+        "try:\n"
+        f"    c.sendto(b'hello', b'\\0{name}'); print('SENT')\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc.errno)\n"
+    )
+    outputs: dict[str, str] = {}
+
+    def run(role: str, script: str) -> None:
+        outputs[role] = sandbox.call(script, name=role, turn="pair", timeout=5).output
+
+    threads = [
+        threading.Thread(target=run, args=("server", server)),
+        threading.Thread(target=run, args=("client", client)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert outputs["server"] == "nothing\n", outputs
+    assert outputs["client"] == "bound seen True\nrefused 111\n", outputs
+
+
+def test_abstract_socket_bound_outside_the_call_is_unreachable(sandbox: Sandbox) -> None:
+    """The Landlock scope itself: a process OUTSIDE the call's domain (this test,
+    via nsenter) binds an abstract name in the call's own network namespace;
+    the tool, inside the domain, sends to it. Without the scope it arrives (as
+    on a kernel before 6.12); with it the kernel refuses (EPERM)."""
+    _needs_landlock(landlock.ABI_SCOPE, "scoping abstract unix sockets")
+    if shutil.which("nsenter") is None:
+        pytest.skip("nsenter (util-linux) is not installed")
+    token = f"{os.getpid()}_{time.monotonic_ns()}"
+    name = f"vessel-host-{token}"
+    tool = f"scope_{token}"
+    script = _UNCONNECTED_DGRAM + (
+        "import os, time\n"
+        "open('/tmp/vessel/ready', 'w').close()\n"
+        "deadline = time.monotonic() + 4\n"
+        "while not os.path.exists('/tmp/vessel/go') and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "c, peer = unconnected_dgram()\n"
+        "try:\n"
+        f"    c.sendto(b'hello', b'\\0{name}'); print('SENT')\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc.errno)\n"
+    )
+    workspace = sandbox.workspace("scope")
+    outputs: list[str] = []
+    call = threading.Thread(
+        target=lambda: outputs.append(
+            sandbox.call(script, name=tool, turn="scope", timeout=6).output
+        )
+    )
+    call.start()
+    try:
+        deadline = time.monotonic() + 4
+        while not (workspace / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pid = _pid_running(f"/agent/tools/{tool}.py")
+        ns = f"/proc/{pid}"
+        enter = ["nsenter", f"--net={ns}/ns/net"]
+        owner = -1
+        if os.geteuid() != 0:
+            # Not root: first the user namespace that owns the call's network
+            # namespace (bwrap's outer one, which we own), as the kernel names it.
+            with open(f"{ns}/ns/net", "rb") as net:
+                owner = fcntl.ioctl(net.fileno(), _NS_GET_USERNS)
+            enter = ["nsenter", f"--user=/proc/self/fd/{owner}", "--preserve-credentials", enter[1]]
+        listener = subprocess.Popen(
+            [
+                *enter,
+                sys.executable,
+                "-c",
+                "import socket, sys\n"
+                "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                f"s.bind(b'\\0{name}'); s.settimeout(2)\n"
+                "print('bound', flush=True)\n"
+                "try:\n"
+                "    print('RECEIVED', s.recv(100))\n"
+                "except TimeoutError:\n"
+                "    print('nothing')\n",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            pass_fds=(owner,) if owner >= 0 else (),
+        )
+        if owner >= 0:
+            os.close(owner)
+        assert listener.stdout is not None
+        first = listener.stdout.readline()
+        (workspace / "go").touch()
+        rest, _ = listener.communicate(timeout=5)
+    finally:
+        (workspace / "go").touch()
+        call.join(10)
+    assert first == "bound\n", first + rest
+    assert outputs == ["refused 1\n"]
+    assert rest == "nothing\n"
+
+
+#: ioctl on a namespace fd: a new fd of the user namespace that owns it (linux/nsfs.h).
+_NS_GET_USERNS = 0xB701
+
+
+def _pid_running(script: str) -> int:
+    """The host pid of the `python3 SCRIPT` process (not bwrap, whose argv ends so too)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[:2] == [b"python3", script.encode()]:
+                return int(entry.name)
+    raise AssertionError(f"no process runs {script}")
+
+
+def test_prefix_reports_the_landlock_domain_in_force(sandbox: Sandbox) -> None:
+    """What the prefix applied, as it says in report mode (the probe's view):
+    the kernel accepted the ruleset and the domain, a socket file was refused,
+    and a datagram to an abstract name bound before the domain was refused."""
+    _needs_landlock(landlock.ABI_SCOPE, "the full report")
+    result = sandbox.call(command=(landlock.REPORT_FLAG, "/bin/sh", "-c", "echo tool ran"))
+    report = landlock.parse_report(result.output)
+    assert report is not None, result.output
+    assert report.abi == landlock.kernel_abi()
+    assert (report.make_sock, report.scope_abstract) == (True, True)
+    assert (report.socket_file_refused, report.abstract_send_refused) == (True, True)
+    assert report.problems() == []
+    assert result.output.endswith("\ntool ran\n")
+
+
+def test_environment_holds_exactly_five_variables(sandbox: Sandbox) -> None:
+    # Read from the kernel: the prefix (Perl) deleted PWD and added nothing.
+    script = "print(sorted(open('/proc/self/environ', 'rb').read().split(b'\\0')[:-1]))"
+    result = sandbox.call(script)
+    assert result.output == (
+        "[b'HOME=/tmp/vessel', b'LANG=C.UTF-8', b'PATH=/usr/local/bin:/usr/bin:/bin', "
+        "b'TMPDIR=/tmp/vessel', b'VESSEL_OUTBOX=/tmp/vessel/outbox']\n"
+    )
+
+
+def test_prefix_execs_the_tool_exit_codes_and_signals_as_before(sandbox: Sandbox) -> None:
+    # The tool IS the process bwrap started (pid 2, child of bwrap's pid 1):
+    # the prefix exec'd it, so no extra parent sits between and swallows a signal.
+    pids = sandbox.call("import os; print(os.getpid(), os.getppid())")
+    assert pids.output == "2 1\n"
+    code = sandbox.call(shell="exit 7")
+    assert (code.output, code.exit_code, code.outcome) == ("[exit code 7]", 7, "error")
+    killed = sandbox.call("import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+    assert (killed.output, killed.exit_code) == ("[exit code 143]\n[killed by signal SIGTERM]", 143)
+    missing = sandbox.call(command=("no-such-tool",))
+    assert (missing.output, missing.exit_code) == (
+        "cannot run 'no-such-tool': No such file or directory\n",
+        127,
+    )
+
+
+def test_prefix_missing_is_a_sandbox_error_and_the_probe_refuses(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = ("/usr/bin/perl-vessel-missing", *landlock.COMMAND_PREFIX[1:])
+    monkeypatch.setattr(runner_module, "COMMAND_PREFIX", gone)
+    sandbox.runner.close()
+    sandbox.runner = runner_module.SandboxRunner(WorkspaceStore(sandbox.root / "ws2"))
+    result = sandbox.call(shell="echo ran")
+    assert result.outcome == "error" and result.output.startswith(
+        "[sandbox error: /usr/bin/perl-vessel-missing not found"
+    )
+    monkeypatch.setattr(probe, "_confirmed", set())
+    with pytest.raises(ConfinementUnavailable, match="perl-vessel-missing not found"):
+        probe.check_confinement()
+
+
+@pytest.mark.parametrize(
+    ("line", "problems", "says"),
+    [
+        ("abi=-1 make_sock=0 scope_abstract=0 socket_file_refused=0 abstract_send_refused=0",
+         0, "no Landlock in this kernel"),
+        ("abi=1 make_sock=0 scope_abstract=0 socket_file_refused=0 abstract_send_refused=0",
+         0, "socket files NOT refused (needs Landlock ABI 2"),
+        ("abi=3 make_sock=1 scope_abstract=0 socket_file_refused=1 abstract_send_refused=0",
+         0, "abstract unix sockets NOT scoped (needs Landlock ABI 6"),
+        ("abi=3 make_sock=0 scope_abstract=0 socket_file_refused=0 abstract_send_refused=0",
+         1, "socket files NOT refused"),
+        ("abi=7 make_sock=1 scope_abstract=1 socket_file_refused=1 abstract_send_refused=0",
+         1, "abstract unix sockets NOT scoped"),
+        ("abi=7 make_sock=1 scope_abstract=1 socket_file_refused=1 abstract_send_refused=1",
+         0, "socket files refused (LANDLOCK_ACCESS_FS_MAKE_SOCK); abstract unix sockets scoped"),
+    ],
+)  # fmt: skip
+def test_landlock_report_on_each_kernel(line: str, problems: int, says: str) -> None:
+    # What the probe concludes from the prefix's line on older kernels (this one
+    # has ABI 7): what the ABI lacks is said, never refused; what it has but
+    # does not hold is refused.
+    report = landlock.parse_report(f"vessel-landlock: {line}\n")
+    assert report is not None
+    assert len(report.problems()) == problems
+    assert says in report.describe()
 
 
 # --- after the catalogue -----------------------------------------------------------------

@@ -15,10 +15,10 @@ nothing else of the host. Node's permission model is the second layer: the
 runtime may read only /plugin and /.vessel/runtime, and may start no child
 process, addon or inspector (`node_argv`).
 
-Uid: a worker running as root starts the runtime as `RUNTIME_UID` (bwrap's
-user namespace would otherwise map the sandbox's uid to host uid 0); any other
-worker starts it as itself. To be aligned with the unprivileged uid the
-sandbox's launcher drops to once that lands (workers/sandbox/launcher.py).
+Uid: a worker running as root starts the runtime as the uid declared tools'
+calls run as (`workers.sandbox.identity`, `VESSEL_SANDBOX_UID`, default 65520:
+bwrap's user namespace would otherwise map the sandbox's uid to host uid 0);
+any other worker starts it as itself.
 
 The options travel through `--args FD` (a memfd), so /proc/1/cmdline inside
 shows no host path, as for declared tools (workers/sandbox/bwrap.py).
@@ -37,13 +37,13 @@ from typing import IO
 from workers.sandbox import seccomp
 from workers.sandbox.bwrap import SANDBOX_HOSTNAME, spawn_env
 from workers.sandbox.cgroup import wrapper_argv
+from workers.sandbox.identity import SandboxIdentity
 from workers.sandbox.limits import MIB, USER_PROCESSES, Limits
 
 __all__ = [
     "NODE_PATH",
     "PLUGIN_ROOT",
     "RUNTIME_DIR",
-    "RUNTIME_UID",
     "STDERR_BYTES",
     "Confinement",
     "bwrap_binary",
@@ -55,8 +55,6 @@ __all__ = [
 NODE_PATH = "/.vessel/node"
 RUNTIME_DIR = "/.vessel/runtime"
 PLUGIN_ROOT = "/plugin"
-#: nobody: the uid a root worker's runtime runs as.
-RUNTIME_UID = 65534
 #: RLIMIT_FSIZE: the runtime writes no file but its stderr (a temporary file of
 #: the worker's): 1 MiB of it is enough for any crash report.
 STDERR_BYTES = 1 * MIB
@@ -182,7 +180,7 @@ def spawn_runtime(
             "--",
             *argv,
         ]
-        root = os.geteuid() == 0
+        identity = SandboxIdentity.for_worker()
         return subprocess.Popen(
             command,
             stdin=subprocess.PIPE,
@@ -195,9 +193,9 @@ def spawn_runtime(
             cwd="/",
             # Never host uid 0: set in the child between fork and exec by
             # _posixsubprocess (no preexec_fn, thread-safe).
-            user=RUNTIME_UID if root else None,
-            group=RUNTIME_UID if root else None,
-            extra_groups=[] if root else None,
+            user=identity.uid if identity.drop else None,
+            group=identity.gid if identity.drop else None,
+            extra_groups=[] if identity.drop else None,
         )
     finally:
         os.close(seccomp_fd)

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from broker.constants import OUTBOX_PATH, PACKAGE_PATH, SANDBOX_HOME
+from workers.sandbox import landlock
 
 __all__ = [
     "COMMAND_PREFIX",
@@ -110,9 +111,13 @@ _ETC_BOUND = ("ssl/certs",)
 #: instead of one per entry (each bind costs bwrap about 0.3 ms).
 ETC_MOUNT = "/.vessel/etc"
 
-#: Run inside the sandbox before the tool's command: bwrap sets PWD after
-#: --chdir, and seed 000's environment holds exactly five variables.
-COMMAND_PREFIX: tuple[str, ...] = ("/usr/bin/env", "-u", "PWD", "--")
+#: Run inside the sandbox before the tool's command, after bwrap's setup (a
+#: Landlock domain forbids the mounts bwrap makes): applies the Landlock
+#: ruleset (no socket file anywhere, abstract unix sockets scoped to the call,
+#: as far as the kernel's Landlock ABI allows), deletes PWD (bwrap sets it after
+#: --chdir; seed 000's environment holds exactly five variables) and execs the
+#: tool's command. See `landlock.py`.
+COMMAND_PREFIX: tuple[str, ...] = landlock.COMMAND_PREFIX
 
 _SYSTEM_TOP = ("usr",)
 _SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -240,7 +245,8 @@ def _fixed_options(system_files: Path) -> tuple[str, ...]:
         SANDBOX_HOSTNAME,
         "--clearenv",
     ]
-    for name, value in SANDBOX_ENV.items():
+    # The prefix's own variables too: it deletes them before it execs the tool.
+    for name, value in {**SANDBOX_ENV, **landlock.PREFIX_ENV}.items():
         opts += ["--setenv", name, value]
 
     for top in _SYSTEM_TOP:

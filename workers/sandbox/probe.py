@@ -3,10 +3,12 @@
 `check_confinement` proves the sandbox works here by running a real, tiny
 confined command through the same runner every call uses, and reading the
 kernel's own account of it (/proc/self/status inside): a seccomp filter in
-force, no capabilities, no_new_privs; and, from the host, the owner of a file
+force, no capabilities, no_new_privs; from the host, the owner of a file
 it made in its workspace: a host uid that is not 0 (a root worker's calls run
 as `VESSEL_SANDBOX_UID`, `identity.py`). (uid_map read inside cannot tell: bwrap
-nests a second user namespace for --disable-userns.) Anything missing raises
+nests a second user namespace for --disable-userns.) And the Landlock prefix's
+own report (`landlock.REPORT_FLAG`): what of Landlock is in force, logged at
+start-up, and refused if the kernel offers more than holds. Anything missing raises
 `ConfinementUnavailable` saying what and how to fix it. Success is cached per
 process (a prefork child inherits the parent's success only if the parent
 checked; each process may check again cheaply).
@@ -14,6 +16,7 @@ checked; each process may check again cheaply).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -23,13 +26,14 @@ from pathlib import Path
 from broker.constants import SANDBOX_HOME
 from broker.errors import ConfinementUnavailable
 from broker.model import Agent, AgentSettings, DeclaredTool
-from workers.sandbox import seccomp
+from workers.sandbox import landlock, seccomp
 from workers.sandbox.identity import SandboxIdentity
 from workers.sandbox.runner import SandboxRunner
 from workers.sandbox.workspace import WorkspaceStore
 
 __all__ = ["check_confinement"]
 
+_log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _confirmed: set[int] = set()  # pids of processes that passed (os.fork keeps the set)
 
@@ -88,7 +92,7 @@ def _check() -> None:
             scope="tools:read",
             timeout_seconds=10.0,
             source=package / "probe.toml",
-            command=("/bin/sh", "-c", _PROBE_SCRIPT),
+            command=(landlock.REPORT_FLAG, "/bin/sh", "-c", _PROBE_SCRIPT),
             input="args",
         )
         agent = Agent(
@@ -142,3 +146,13 @@ def _check() -> None:
             f"the confined command ran as {seen}: a root worker's calls must run as an "
             f"unprivileged uid ({identity.describe()})"
         )
+    report = landlock.parse_report(out)
+    if report is None:
+        raise _fail(
+            f"the sandbox's Landlock prefix ({landlock.PERL}) printed no report; "
+            f"it said: {out.strip()[:500]}"
+        )
+    if problems := report.problems():
+        raise _fail("; ".join(problems))
+    all_held = report.make_sock and report.scope_abstract
+    (_log.info if all_held else _log.warning)("sandbox: Landlock: %s", report.describe())

@@ -2,7 +2,7 @@
 
     slot launcher (in its slot's cgroups; the call's rlimits are its own)
         -> posix_spawn bwrap (namespaces, mounts, --args memfd, --seccomp memfd)
-        -> /usr/bin/env -u PWD -- the tool's command
+        -> /usr/bin/perl -e <Landlock prefix> -- the tool's command (landlock.py)
 
 A call takes a launcher from this process's pool (`launcher.py`; the pool grows
 to the number of calls at once) and gives it back after; the launcher's slot
@@ -304,6 +304,9 @@ class SandboxRunner:
         self._root_reachable = False
         #: Host folders found readable by the sandbox uid, and when (monotonic).
         self._readable: dict[Path, float] = {}
+        # The sandbox's /usr is the host's: the prefix bwrap executes is there or not.
+        self._prefix = COMMAND_PREFIX
+        self._prefix_ok = os.access(self._prefix[0], os.X_OK)
         # dash's ulimit cannot set RLIMIT_MSGQUEUE: set it here, every call inherits it.
         self._msgqueue_ok = restrict_worker_msgqueue()
         self._cgroups = (
@@ -453,6 +456,9 @@ class SandboxRunner:
                 is_error=True, output=f"[sandbox unavailable: {missing}]", outcome="error"
             )
 
+        if not self._prefix_ok:
+            return result(is_error=True, output=self._prefix_missing_text(), outcome="error")
+
         timeout = tool.timeout_seconds or agent.settings.tool_timeout_seconds
         if self.identity.drop:
             refused = self._unreachable_text(agent)
@@ -553,6 +559,9 @@ class SandboxRunner:
             )
         code = finished.returncode
         assert code is not None
+        if text.startswith(f"bwrap: execvp {self._prefix[0]}:"):
+            # The prefix went missing after start-up: the tool never ran.
+            return result(is_error=True, output=self._prefix_missing_text(), outcome="error")
         if text.startswith(_SETUP_ERROR_PREFIXES):
             # bwrap's (or the wrapper's, or the launcher's) own error: the command
             # never ran, and the message may name host paths the model must not see.
@@ -634,6 +643,12 @@ class SandboxRunner:
             )
         return None
 
+    def _prefix_missing_text(self) -> str:
+        return (
+            f"[sandbox error: {self._prefix[0]} not found: every call starts with it "
+            "(it applies the Landlock ruleset, then runs the tool); install perl-base]"
+        )
+
     def _take_launcher(
         self, memory_bytes: int, limits: Limits, cpu_limit: float
     ) -> Launcher | None:
@@ -713,7 +728,7 @@ class SandboxRunner:
                 "--args",
                 str(ARGS_FD if launcher is not None else args_fd),
                 "--",
-                *COMMAND_PREFIX,
+                *self._prefix,
                 *command,
             ]
             if launcher is None:

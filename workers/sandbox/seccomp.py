@@ -25,6 +25,7 @@ import pyseccomp
 
 __all__ = [
     "AF_UNIX",
+    "AF_VSOCK",
     "CLONE_NAMESPACE_FLAGS",
     "RULES",
     "TIOCLINUX",
@@ -42,6 +43,7 @@ TIOCSTI = 0x5412  # push a byte into a terminal's input queue: typing into the h
 TIOCLINUX = 0x541C  # virtual-console tricks, including a paste that types into the console
 
 AF_UNIX = 1  # socket(AF_UNIX, ...): a socket file in the filesystem, or an abstract name
+AF_VSOCK = 40  # socket(AF_VSOCK, ...): virtio sockets to the hypervisor, outside any netns
 #: The CLONE_NEW* flags clone() accepts (CLONE_NEWTIME, 0x80, only works with
 #: clone3/unshare: in clone() that bit belongs to the exit signal).
 CLONE_NAMESPACE_FLAGS: tuple[tuple[str, int], ...] = (
@@ -99,10 +101,19 @@ RULES: tuple[Rule, ...] = (
     # A filter cannot read the sockaddr given to bind(), so socket(AF_UNIX, ...)
     # itself is refused: no socket file and no abstract socket can be made.
     # socketpair(AF_UNIX) stays allowed: it makes no file, and Python's asyncio
-    # (and many runtimes) use it as a self-pipe. glibc falls back from nscd to
-    # the files when its socket() fails.
+    # (and many runtimes) use it as a self-pipe; bind() on one of its ends
+    # could still make a socket file or an abstract name, which the call's
+    # Landlock domain refuses where the kernel has it (landlock.py). glibc falls
+    # back from nscd to the files when its socket() fails.
     # The domain is an int: compare its low 32 bits, as the kernel reads it.
     Rule("socket", "AF_UNIX sockets make socket files", args=((0, _ME, _LOW32, AF_UNIX),)),
+    # vsock is not namespaced: a new network namespace does not stop it, and on a
+    # VM (Firecracker, QEMU, Kata) it reaches the host's agents (CID 2).
+    Rule(
+        "socket",
+        "AF_VSOCK reaches the hypervisor host past the network namespace",
+        args=((0, _ME, _LOW32, AF_VSOCK),),
+    ),
     # --- io_uring performs socket/open/... without passing through this filter ----
     Rule("io_uring_setup", "io_uring runs operations this filter cannot see"),
     Rule("io_uring_enter", "io_uring"),
