@@ -8,7 +8,9 @@
     ├── ConfinementUnavailable       no confinement here: sandbox workers refuse to start
     ├── MissingSecret                a grant's env:NAME is not set where service workers start
     └── TransientError               try again: broker, Redis or network trouble
-        └── CallTimeout              no result arrived within the client's wait
+        ├── CallTimeout              no result arrived within the client's wait
+        ├── BrokerUnavailable        the broker's Redis cannot be reached (an outage)
+        └── BrokerLostCall           the broker lost this call (it came back empty): submit again
 
 "Never works" errors (ConfigError, UnknownAgent, UnknownTool, RefusedCall,
 ConfinementUnavailable, MissingSecret) must not be retried; TransientError may be.
@@ -20,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "BrokerLostCall",
+    "BrokerUnavailable",
     "CallTimeout",
     "ConfigError",
     "ConfinementUnavailable",
@@ -92,3 +96,11 @@ class TransientError(VesselError):
 
 class CallTimeout(TransientError):
     """The client waited for a result longer than it was asked to."""
+
+
+class BrokerUnavailable(TransientError):
+    """The broker's Redis cannot be reached (down, restarting, failing over)."""
+
+
+class BrokerLostCall(TransientError):
+    """The broker lost this call (a Redis that came back empty); submit it again."""
