@@ -170,7 +170,15 @@ def store_result_once(
     """Store `result` unless the call already has one; True if this one was stored."""
     if not admission.finish(result.call_id, hostname, ttl_seconds):
         return False
-    app.backend.store_result(result.call_id, result.to_dict(), "SUCCESS")
+
+    def store() -> None:
+        app.backend.store_result(result.call_id, result.to_dict(), "SUCCESS")
+
+    if isinstance(admission, RedisAdmission):
+        # Done is marked: the result must follow, across an outage of the backend too.
+        admission.retrying(store)
+    else:
+        store()
     return True
 
 
@@ -228,18 +236,6 @@ def _while_connecting(exc: BaseException) -> bool:
     """True if redis-py failed before sending (no connection): nothing ran."""
     text = str(exc)
     return "connecting to" in text or "Timeout connecting" in text
-
-
-def _is_outage(exc: BaseException) -> bool:
-    """An unreachable broker, also when Celery's result backend wrapped the error."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if unreachable(current) or isinstance(current, BrokerUnavailable):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
 
 
 class _LostCheck:
@@ -457,7 +453,7 @@ class VesselClient:
                 found = self._wait_published(call_id, deadline, lost)
             except Exception as exc:
                 error = exc.__cause__ if isinstance(exc, _ChannelLost) else exc
-                if error is None or not _is_outage(error):
+                if error is None or not unreachable(error):
                     raise
                 if outage is not None:
                     outage.failed(error)  # one warning per outage, not per call

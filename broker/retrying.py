@@ -54,7 +54,19 @@ _FIRST_PAUSE_SECONDS = 0.05
 
 
 def unreachable(exc: BaseException) -> bool:
-    """True if `exc` says the broker cannot be reached now (see the module docstring)."""
+    """True if `exc`, or an error it was raised from (Celery's result backend
+    wraps them), says the broker cannot be reached now (module docstring)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, BrokerUnavailable) or _unreachable_here(current):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _unreachable_here(exc: BaseException) -> bool:
     import redis  # noqa: PLC0415 (the embedded default never loads redis-py)
 
     if isinstance(exc, redis.AuthenticationError):
