@@ -36,6 +36,7 @@ from that transport name, so TLS brokers keep kombu's own class.
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,6 +46,8 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
 from broker.queues import ADMISSION_TAG_PREFIX
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "TRANSPORTS",
@@ -131,12 +134,22 @@ class AdmissionQoS(kombu_redis.QoS):
 
     def restore_unacked(self, client: Any = None) -> None:
         self._flush()  # type: ignore[no-untyped-call]  # tags acked since the last delivery
-        with self.channel.conn_or_acquire(client) as conn:
-            for tag, message in list(self._delivered.items()):
-                if pushed_by_admission(tag):
-                    self.channel._restore(message)
-                else:
-                    self.restore_by_tag(tag, client=conn)  # type: ignore[no-untyped-call]
+        try:
+            with self.channel.conn_or_acquire(client) as conn:
+                for tag, message in list(self._delivered.items()):
+                    if pushed_by_admission(tag):
+                        self.channel._restore(message)
+                    else:
+                        self.restore_by_tag(tag, client=conn)  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            # Called when the channel closes, also after the broker went away
+            # (Celery's consumer closes it on a lost connection; its pool is
+            # gone, kombu raises AttributeError or a connection error). An
+            # exception here ended the worker ("Unrecoverable error"). Nothing
+            # is lost by not restoring: admission's lease dispatches its calls
+            # again, and kombu's own messages keep their unacked copy in Redis
+            # until the visibility timeout.
+            _log.warning("could not restore %d unacked messages: %r", len(self._delivered), exc)
         self._delivered.clear()
 
 
