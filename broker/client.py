@@ -244,8 +244,8 @@ class _LostCheck:
     A call is lost when two checks `_LOST_CONFIRM_SECONDS` apart find neither
     its result nor any record in admission (queued, running or done). Read in
     that order, a result stored between the reads is never missed: the done
-    mark is set before (or with) the result and outlives it. Checked every
-    `_LOST_CHECK_EVERY` quiet seconds, and every second after an outage.
+    mark is set before (or with) the result and outlives it. Checked after the
+    first quiet second, then every `_LOST_CHECK_EVERY`, and every second after an outage.
     A result backend elsewhere: only admission's Redis is asked, the result is
     read from the backend as always.
     """
@@ -262,7 +262,7 @@ class _LostCheck:
         if not isinstance(admission, RedisAdmission):
             return False  # the embedded default never loses a call
         self._quiet += 1
-        if not self.after_outage and self._quiet % _LOST_CHECK_EVERY:
+        if not self.after_outage and self._quiet != 1 and self._quiet % _LOST_CHECK_EVERY:
             return False
         if admission.call_known(self._call_id):
             self._first_miss = None

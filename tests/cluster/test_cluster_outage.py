@@ -37,6 +37,10 @@ pytestmark = [
     pytest.mark.cluster,
     pytest.mark.slow,
     pytest.mark.filterwarnings("ignore:Call to deprecated setex:DeprecationWarning"),
+    # redis-py drops (without closing) the sockets of a server that was killed
+    # under it; the garbage collector reports them at a random later moment.
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
 RESTARTS = 10
@@ -176,7 +180,9 @@ def test_redis_back_empty_workers_register_again_and_lost_calls_end_clearly(
     own.start()
     recorder = Recorder()
     server = serve(recorder)
-    deployment = write_deployment(tmp_path, server.server_address[1], {"svc-empty": {}})
+    deployment = write_deployment(
+        tmp_path, server.server_address[1], {"svc-empty": {"max_concurrent_calls": 1}}
+    )
     env = dict(os.environ)
     env.pop("VESSEL_RESULT_BACKEND", None)
     env.update(CLUSTER_ENV)
@@ -206,10 +212,10 @@ def test_redis_back_empty_workers_register_again_and_lost_calls_end_clearly(
         while not cluster.redis.exists("vessel:window:vessel.service"):
             assert time.monotonic() < deadline, "the worker did not register again"
             time.sleep(0.1)
-        assert cluster.redis.hexists("vessel:workers:vessel.service", next(
-            h for h in cluster.redis.hkeys("vessel:workers:vessel.service")
-            if h.startswith("empty@")
-        ))
+        hosts = cluster.redis.hkeys("vessel:workers:vessel.service")
+        assert [h for h in hosts if h.startswith("empty@")], hosts
+        # The call that was running ends with its result, stored in the new Redis.
+        assert handles[0].result(timeout=15).outcome == "ok"
         fresh = client.submit("svc-empty", "work", {"n": 99}, owner="web/a")
         assert fresh.result(timeout=15).outcome == "ok"
         lost = 0
