@@ -18,7 +18,7 @@ from celery import Celery
 
 from broker.config import Settings, is_sentinel
 from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
-from broker.transport import transport_for
+from broker.transport import SENTINEL_TRANSPORT, transport_for
 
 # `app` is also importable (module __getattr__), built on first use.
 __all__ = ["EMBEDDED_BACKEND", "EMBEDDED_BROKER", "default_app", "make_app"]
@@ -45,6 +45,8 @@ def _configuration(settings: Settings, longest_tool_seconds: float) -> dict[str,
     visibility = settings.visibility_timeout(longest_tool_seconds)
     always_events = settings.task_events == "always"
     transport = transport_for(settings.broker_url) if settings.broker_url else None
+    if settings.broker_url and is_sentinel(settings.broker_url):
+        transport = SENTINEL_TRANSPORT  # kombu's, restoring safely (broker/transport.py)
     # Sentinel (sentinel://h1:26379;sentinel://h2:26379): kombu's sentinel
     # transport and Celery's sentinel backend find the master by its name.
     sentinel = {"master_name": settings.sentinel_master} if settings.sentinel_master else {}

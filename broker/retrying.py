@@ -114,9 +114,7 @@ class Outage:
             self._ended = time.monotonic()
         if since is None:
             return
-        self._log.warning(
-            "%s is reachable again after %.1f s", self.what, time.monotonic() - since
-        )
+        self._log.warning("%s is reachable again after %.1f s", self.what, time.monotonic() - since)
 
     def down_for(self) -> float | None:
         """Seconds since the outage began, or None while the broker answers."""

@@ -50,11 +50,15 @@ from broker.queues import ADMISSION_TAG_PREFIX
 _log = logging.getLogger(__name__)
 
 __all__ = [
+    "SENTINEL_TRANSPORT",
     "TRANSPORTS",
     "AdmissionQoS",
     "PublishRecorder",
     "RedisChannel",
     "RedisTransport",
+    "SafeRestoreQoS",
+    "SentinelChannel",
+    "SentinelTransport",
     "pushed_by_admission",
     "recording_publishes",
     "transport_for",
@@ -202,6 +206,43 @@ class RedisChannel(kombu_redis.Channel):
             return super().create_publish_batch(max_size)  # type: ignore[no-untyped-call]
         recorder.channel = self
         return recorder
+
+
+class SafeRestoreQoS(kombu_redis.QoS):
+    """kombu's Redis QoS; restoring at a lost connection's close cannot end the worker.
+
+    kombu's own `restore_unacked` raises AttributeError when Celery closes a
+    channel whose connection is gone (its pool was dropped first): the worker
+    then stops with "Unrecoverable error". The messages stay in kombu's
+    unacked hash and come back after the visibility timeout.
+    """
+
+    def restore_unacked(self, client: Any = None) -> None:
+        try:
+            super().restore_unacked(client)  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            _log.warning("could not restore %d unacked messages: %r", len(self._delivered), exc)
+            self._delivered.clear()
+
+
+class SentinelChannel(kombu_redis.SentinelChannel):
+    """kombu's Sentinel channel with `SafeRestoreQoS`."""
+
+    QoS = SafeRestoreQoS
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's Sentinel transport (`sentinel://`), unchanged but for `SafeRestoreQoS`.
+
+    Not in `TRANSPORTS`: admission does not push messages through Sentinel
+    (calls are published with `send_task`), see `broker.celery_app`.
+    """
+
+    Channel = SentinelChannel
+
+
+#: The `broker_transport` of sentinel:// broker URLs.
+SENTINEL_TRANSPORT = f"{__name__}:SentinelTransport"
 
 
 class RedisTransport(kombu_redis.Transport):

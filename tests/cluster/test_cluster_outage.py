@@ -29,7 +29,7 @@ import pytest
 import redis
 
 from broker.client import CallHandle
-from broker.errors import BrokerLostCall
+from broker.errors import BrokerLostCall, TransientError
 
 from .conftest import CLUSTER_ENV, REPO, Cluster, Recorder, free_port, serve, write_deployment
 
@@ -130,7 +130,7 @@ def outage_cluster(tmp_path: Path) -> Iterator[tuple[Cluster, OwnRedis]]:
 
 
 def _n(output: str) -> int:
-    return int(output.split('"n": ')[1].split(",")[0])
+    return int(output.split('"n": ')[1].split(",", maxsplit=1)[0])
 
 
 def test_workers_ride_out_ten_redis_restarts_with_every_result_once(
@@ -288,3 +288,100 @@ def test_a_worker_with_no_redis_exits_2_with_one_line(tmp_path: Path) -> None:
     assert line.startswith("vessel-workers worker service: cannot reach the broker Redis")
     assert "redis://:***@127.0.0.1" in line and "secret-pw" not in done.stderr
     assert "VESSEL_BROKER_URL" in line and "VESSEL_BROKER_OUTAGE_SECONDS=3" in line
+
+
+def _sentinel_binary() -> str:
+    binary = shutil.which("redis-sentinel")
+    if binary is None:
+        pytest.fail(
+            "redis-sentinel is not installed: run scripts/setup.sh "
+            "(or apt-get install -y redis-sentinel)"
+        )
+    return binary
+
+
+def test_sentinel_fails_over_and_calls_go_on(tmp_path: Path) -> None:
+    sentinel_binary = _sentinel_binary()
+    master = OwnRedis(tmp_path / "master")
+    replica = OwnRedis(tmp_path / "replica")
+    for own in (master, replica):
+        own.folder.mkdir()
+    master.start()
+    replica.start()
+    redis.Redis(port=replica.port).replicaof("127.0.0.1", master.port)
+    sentinel_port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(
+        f"port {sentinel_port}\nbind 127.0.0.1\ndir {tmp_path}\n"
+        f"sentinel monitor vessel-test 127.0.0.1 {master.port} 1\n"
+        "sentinel down-after-milliseconds vessel-test 1000\n"
+        "sentinel failover-timeout vessel-test 5000\n"
+    )
+    sentinel = subprocess.Popen(
+        [sentinel_binary, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    recorder = Recorder()
+    server = serve(recorder)
+    deployment = write_deployment(tmp_path, server.server_address[1], {"svc-sent": {}})
+    url = f"sentinel://127.0.0.1:{sentinel_port}/0"
+    env = dict(os.environ)
+    env.pop("VESSEL_RESULT_BACKEND", None)
+    env.update(CLUSTER_ENV)
+    env.update(
+        VESSEL_BROKER_URL=url,
+        VESSEL_SENTINEL_MASTER="vessel-test",
+        VESSEL_WORKSPACE_ROOT=str(tmp_path / "workspaces"),
+    )
+    cluster = Cluster(
+        url=master.url,
+        deployment_path=deployment,
+        env=env,
+        recorder=recorder,
+        workspaces=tmp_path / "workspaces",
+    )
+    try:
+        ask = redis.Redis(port=sentinel_port, decode_responses=True)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if ask.sentinel_master("vessel-test").get("num-slaves", 0) >= 1:
+                    break
+            except redis.RedisError:
+                pass
+            assert time.monotonic() < deadline, "Sentinel did not see the replica"
+            time.sleep(0.2)
+        worker = cluster.start_worker("service", "-c", "2", name="sent", wait=False)
+        cluster.wait_registered("sent", worker)
+        client = cluster.client()
+        before = [client.submit("svc-sent", "work", {"n": i}, owner="web/a") for i in range(10)]
+        assert all(h.result(timeout=30).outcome == "ok" for h in before)
+        master.kill()
+        deadline = time.monotonic() + 40
+        while True:
+            address = ask.sentinel_get_master_addr_by_name("vessel-test")
+            if address and int(address[1]) == replica.port:
+                break
+            assert time.monotonic() < deadline, "Sentinel did not fail over"
+            time.sleep(0.2)
+        after: list[CallHandle] = []
+        deadline = time.monotonic() + 30
+        while len(after) < 10:
+            try:
+                after.append(
+                    client.submit("svc-sent", "work", {"n": 100 + len(after)}, owner="web/a")
+                )
+            except TransientError:
+                assert time.monotonic() < deadline, "no submit succeeded after the failover"
+                time.sleep(0.2)
+        assert all(h.result(timeout=30).outcome == "ok" for h in after)
+        assert worker.poll() is None
+        client.close()
+        ask.close()
+    finally:
+        cluster.stop_all()
+        sentinel.terminate()
+        sentinel.wait(10)
+        server.shutdown()
+        server.server_close()
+        master.stop()
+        replica.stop()
