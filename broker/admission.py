@@ -113,6 +113,7 @@ from broker.queues import (
     Kind,
     call_key,
     cancel_key,
+    claim_key,
     done_key,
     meta_key,
     turn_key,
@@ -428,9 +429,27 @@ class RedisAdmission:
 
         self.retrying(end)
 
+    def reassert_claims(self, call_ids: Iterable[str], hostname: str, ttl_ms: int) -> None:
+        """After an outage: mark the calls running here as claimed, where no claim exists.
+
+        A Redis that came back empty lost them; the claim tells a waiting client
+        (`call_known`) that a worker still runs the call and will store its result.
+        """
+        ids = list(call_ids)
+        if not ids:
+            return
+
+        def claim() -> None:
+            with self._redis.pipeline(transaction=False) as pipe:
+                for call_id in ids:
+                    pipe.set(claim_key(call_id), hostname, nx=True, px=ttl_ms)
+                pipe.execute()
+
+        self.retrying(claim)
+
     def call_known(self, call_id: str) -> bool:
         """True while the broker holds any record of the call (queued, running or done)."""
-        keys = [meta_key(call_id), call_key(call_id), done_key(call_id)]
+        keys = [meta_key(call_id), call_key(call_id), done_key(call_id), claim_key(call_id)]
         return bool(self.retrying(lambda: self._redis.exists(*keys), patience=0))
 
     def heartbeat(

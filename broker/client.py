@@ -89,10 +89,12 @@ _IDLE_PUBSUBS = 64
 #: Quiet waits (of `_WAIT_CHUNK_SECONDS`) between two checks that the broker
 #: still knows the call; after an outage it is checked at every one.
 _LOST_CHECK_EVERY = 5
-#: A call is reported lost only when two checks this far apart find nothing:
-#: a queued call being cancelled has no records for the moment between the
-#: cancel script and its `[cancelled]` result.
-_LOST_CONFIRM_SECONDS = 0.5
+#: A call is reported lost only when two checks this far apart (plus a
+#: heartbeat period) find nothing: a queued call being cancelled has no records
+#: between the cancel script and its `[cancelled]` result, and after an outage
+#: a worker still running a call marks it claimed again with its first
+#: heartbeat (`workers.worker`), which comes within a heartbeat and a retry pause.
+_LOST_CONFIRM_SECONDS = 2 * MAX_PAUSE_SECONDS
 
 
 class _ChannelLost(Exception):
@@ -241,8 +243,9 @@ def _while_connecting(exc: BaseException) -> bool:
 class _LostCheck:
     """Whether the broker still knows a call a client waits for (`BrokerLostCall`).
 
-    A call is lost when two checks `_LOST_CONFIRM_SECONDS` apart find neither
-    its result nor any record in admission (queued, running or done). Read in
+    A call is lost when two checks a few seconds apart (`_LOST_CONFIRM_SECONDS`)
+    find neither its result nor any record in admission (queued, dispatched,
+    claimed by a worker running it, or done). Read in
     that order, a result stored between the reads is never missed: the done
     mark is set before (or with) the result and outlives it. Checked after the
     first quiet second, then every `_LOST_CHECK_EVERY`, and every second after an outage.
@@ -268,11 +271,12 @@ class _LostCheck:
             self._first_miss = None
             return False
         now = time.monotonic()
+        confirm = _LOST_CONFIRM_SECONDS + self._client.settings.heartbeat_seconds
         if self._first_miss is None:
             self._first_miss = now
-            time.sleep(_LOST_CONFIRM_SECONDS)
+            time.sleep(confirm)
             now = time.monotonic()
-        if now - self._first_miss < _LOST_CONFIRM_SECONDS:
+        if now - self._first_miss < confirm:
             return False
         if self._client._stored(self._call_id) is not None:
             return False

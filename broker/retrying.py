@@ -89,6 +89,8 @@ class Outage:
         self._lock = threading.Lock()
         self._since: float | None = None
         self._ended: float | None = None
+        #: How many outages ended so far (a worker acts once after each).
+        self.recoveries = 0
 
     def failed(self, exc: BaseException) -> float:
         """Note a failure; returns how long the outage has lasted (0 for the first)."""
@@ -112,6 +114,8 @@ class Outage:
             since: float | None = self._since
             self._since = None
             self._ended = time.monotonic()
+            if since is not None:
+                self.recoveries += 1
         if since is None:
             return
         self._log.warning("%s is reachable again after %.1f s", self.what, time.monotonic() - since)

@@ -170,6 +170,11 @@ class _Housekeeper:
         self._lanes = lanes
         self._workspaces = workspaces
         self._exit = exit_ or OutageExit()
+        #: Outages seen ended (`beat` reasserts running calls' claims after each).
+        self._seen = 0
+        # The longest lease: a reasserted claim outlives any call running here.
+        longest = longest_tool_seconds(runtime.deployment) + runtime.settings.lease_grace_seconds
+        self._claim_ttl_ms = int(longest * 1000)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="vessel-housekeeper", daemon=True)
 
@@ -182,6 +187,11 @@ class _Housekeeper:
             rt.kind, rt.hostname, lanes or self._lanes, self._ttl_ms()
         )
         publish(rt.app, dispatched)
+        admission = rt.admission
+        if isinstance(admission, RedisAdmission) and admission.outage.recoveries != self._seen:
+            # The first beat after an outage: Redis may have come back empty.
+            self._seen = admission.outage.recoveries
+            admission.reassert_claims(rt.running_ids(), rt.hostname, self._claim_ttl_ms)
 
     def sweep(self) -> None:
         rt = self._runtime
