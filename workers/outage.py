@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -39,6 +40,11 @@ _log = logging.getLogger(__name__)
 EXIT_BROKER_LOST = 1
 #: The longest pause between two start-up attempts: one log line each.
 _START_PAUSE_MAX_SECONDS = 2.0
+#: After the outage limit, how long Celery's warm shutdown may take before
+#: the process ends anyway: with the broker gone, kombu's closing of its
+#: channels retries every Redis command it still has to send (redis-py's
+#: backoff, several seconds each), which can go on for minutes.
+_EXIT_GRACE_SECONDS = 10.0
 
 _CHECK = (
     "check that Redis runs there and that VESSEL_BROKER_URL names it "
@@ -97,9 +103,11 @@ def wait_for_broker(client: redis.Redis[Any], what: str, limit_seconds: float) -
 class OutageExit:
     """The reason a worker stops for an outage, set once by whichever thread sees it."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = "vessel-workers worker") -> None:
         self._lock = threading.Lock()
         self.reason: str | None = None
+        self.prefix = prefix
+        self._reported = False
 
     def stop(self, error: BaseException, limit_seconds: float) -> None:
         """Ask Celery to stop (warm: running calls end) because the broker stayed away."""
@@ -114,10 +122,21 @@ class OutageExit:
             )
         _log.critical("%s", self.reason)
         state.should_stop = EXIT_BROKER_LOST
+        threading.Thread(target=self._end_anyway, name="vessel-outage-exit", daemon=True).start()
 
-    def report(self, prefix: str) -> None:
-        if self.reason is not None:
-            print(f"{prefix}: {self.reason}", file=sys.stderr, flush=True)
+    def _end_anyway(self) -> None:
+        time.sleep(_EXIT_GRACE_SECONDS)
+        self.report()
+        os._exit(EXIT_BROKER_LOST)  # see _EXIT_GRACE_SECONDS
+
+    def report(self) -> None:
+        with self._lock:
+            reason = None if self._reported else self.reason
+            self._reported = True  # printed once
+        if reason is not None:
+            # The real stderr: Celery redirects sys.stderr into its log.
+            stream = sys.__stderr__ or sys.stderr
+            print(f"{self.prefix}: {reason}", file=stream, flush=True)
 
 
 def consumer_class(outage: Outage) -> type:

@@ -355,7 +355,7 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     )
     app = runtime.app
     lanes = {lane: concurrency for lane in lanes_for(options.kind, options.agents)}
-    outage_exit = OutageExit()
+    outage_exit = OutageExit(f"vessel-workers worker {options.kind}")
     housekeeper = _Housekeeper(runtime, lanes, workspaces, outage_exit)
     subscription: Subscription = admission.listen_cancels(
         functools.partial(_on_message, runtime, workspaces)
@@ -383,7 +383,7 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
         subscription.close()
         _close(executor)
         admission.close()
-    outage_exit.report(f"vessel-workers worker {options.kind}")
+    outage_exit.report()
     return int(worker.exitcode or 0)
 
 

@@ -385,3 +385,45 @@ def test_sentinel_fails_over_and_calls_go_on(tmp_path: Path) -> None:
         server.server_close()
         master.stop()
         replica.stop()
+
+
+def test_a_call_that_finishes_during_an_outage_stores_its_result_once(
+    outage_cluster: tuple[Cluster, OwnRedis],
+) -> None:
+    cluster, own = outage_cluster
+    worker = cluster.start_worker("service", "-c", "2", name="held")
+    client = cluster.client()
+    handle = client.submit("svc-out", "work", {"n": 7, "sleep": 1.5}, owner="web/a")
+    deadline = time.monotonic() + 30
+    while cluster.recorder.count(7) == 0:
+        assert time.monotonic() < deadline, "the call did not start"
+        time.sleep(0.05)
+    own.kill()
+    # The call ends while Redis is down: its worker holds the result.
+    while not cluster.recorder.finished():
+        assert time.monotonic() < deadline, "the call did not finish"
+        time.sleep(0.05)
+    time.sleep(1.0)
+    own.start()
+    result = handle.result(timeout=20)
+    assert result.outcome == "ok" and _n(result.output) == 7
+    time.sleep(1.5)  # a re-run would have started by now (sweeps every 0.5 s)
+    assert cluster.recorder.count(7) == 1  # stored from memory, not run again
+    assert worker.poll() is None
+    client.close()
+
+
+def test_an_outage_past_the_limit_stops_the_worker_with_one_line(
+    outage_cluster: tuple[Cluster, OwnRedis],
+) -> None:
+    cluster, own = outage_cluster
+    cluster.env["VESSEL_BROKER_OUTAGE_SECONDS"] = "3"
+    worker = cluster.start_worker("service", "-c", "2", name="limit")
+    own.kill()
+    code = worker.wait(60)
+    assert code == 1
+    log = (cluster.workspaces.parent / "limit.log").read_text()
+    lines = [line for line in log.splitlines() if "VESSEL_BROKER_OUTAGE_SECONDS=3 reached" in line]
+    # One CRITICAL log line, and the one line on stderr the supervisor shows.
+    assert any(line.startswith("vessel-workers worker service: ") for line in lines), log
+    assert "Unrecoverable error" not in log
