@@ -427,3 +427,35 @@ def test_an_outage_past_the_limit_stops_the_worker_with_one_line(
     # One CRITICAL log line, and the one line on stderr the supervisor shows.
     assert any(line.startswith("vessel-workers worker service: ") for line in lines), log
     assert "Unrecoverable error" not in log
+
+
+def test_call_on_the_command_line_waits_across_an_outage_and_says_so_once(
+    outage_cluster: tuple[Cluster, OwnRedis],
+) -> None:
+    cluster, own = outage_cluster
+    cluster.start_worker("service", "-c", "2", name="cli")
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "workers.cli", "call", "-d", str(cluster.deployment_path)),
+            *("svc-out", "work", '{"n": 5, "sleep": 2}', "--timeout", "60"),
+        ],
+        env=cluster.env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while cluster.recorder.count(5) == 0:
+        assert time.monotonic() < deadline, "the call did not start"
+        time.sleep(0.05)
+    own.kill()
+    time.sleep(1.0)
+    own.start()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert '"n": 5' in out
+    unreachable_lines = [line for line in err.splitlines() if "is unreachable" in line]
+    assert len(unreachable_lines) == 1, err
+    assert "retrying" in unreachable_lines[0]
+    assert "Traceback" not in err
