@@ -247,8 +247,9 @@ class _LostCheck:
     find neither its result nor any record in admission (queued, dispatched,
     claimed by a worker running it, or done). Read in
     that order, a result stored between the reads is never missed: the done
-    mark is set before (or with) the result and outlives it. Checked after the
-    first quiet second, then every `_LOST_CHECK_EVERY`, and every second after an outage.
+    mark is set before (or with) the result and outlives it. Checked when the
+    wait starts (one EXISTS), then every `_LOST_CHECK_EVERY` quiet seconds, and every
+    second after an outage.
     A result backend elsewhere: only admission's Redis is asked, the result is
     read from the backend as always.
     """
