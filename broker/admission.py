@@ -141,19 +141,24 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from broker.errors import TransientError
+from broker.errors import BrokerUnavailable, TransientError
 from broker.queues import (
     CANCEL_CHANNEL,
     END_TURN_PREFIX,
     KINDS,
     Kind,
     base_lane,
+    call_key,
     cancel_key,
+    claim_key,
+    done_key,
     home_key,
+    meta_key,
     turn_key,
 )
+from broker.retrying import Outage, retry
 
 if TYPE_CHECKING:
     import redis
@@ -173,6 +178,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: Calls one script may dispatch at once; keeps each script call short.
 MAX_DISPATCH = 500
@@ -363,10 +369,20 @@ class _PubSubListener:
 class RedisAdmission:
     """Admission in the broker's Redis: atomic Lua scripts, shared by all hosts."""
 
-    def __init__(self, client: redis.Redis[str]) -> None:
+    def __init__(
+        self,
+        client: redis.Redis[str],
+        *,
+        outage: Outage | None = None,
+        patience: float = 0.0,
+    ) -> None:
+        """`patience`: seconds of a broker outage each operation rides out
+        (`broker.retrying`; a worker's VESSEL_BROKER_OUTAGE_SECONDS, 0 for a client)."""
         import redis  # noqa: PLC0415 (see from_url)
 
         self._redis = client
+        self.outage = outage or Outage("the broker Redis")
+        self.patience = patience
         self._redis_error: type[Exception] = redis.RedisError
         self._scripts = {
             name: client.register_script(_script(name))
@@ -385,20 +401,38 @@ class RedisAdmission:
         }
 
     @classmethod
-    def from_url(cls, url: str) -> RedisAdmission:
+    def from_url(
+        cls, url: str, *, sentinel_master: str | None = None, patience: float = 0.0
+    ) -> RedisAdmission:
         # Imported here: the embedded default never needs redis-py, which takes
         # a quarter of a second to import.
-        import redis  # noqa: PLC0415
+        from broker.config import hide_password  # noqa: PLC0415
+        from broker.connect import redis_client  # noqa: PLC0415
 
-        return cls(redis.Redis.from_url(url, decode_responses=True, health_check_interval=30))
+        client = redis_client(url, sentinel_master=sentinel_master)
+        outage = Outage(f"the broker Redis {hide_password(url)}")
+        return cls(client, outage=outage, patience=patience)
 
     @property
     def redis(self) -> redis.Redis[str]:
         return self._redis
 
     def _run(self, name: str, *args: object) -> Any:
+        script = self._scripts[name]
+        return self.retrying(lambda: script(keys=[], args=list(args)))
+
+    def retrying(self, operation: Callable[[], _T], *, patience: float | None = None) -> _T:
+        """`operation` (Redis commands), riding out an outage for `patience` seconds
+        (default this admission's); raises TransientError (BrokerUnavailable when
+        Redis stayed unreachable)."""
         try:
-            return self._scripts[name](keys=[], args=list(args))
+            return retry(
+                self.outage,
+                operation,
+                patience=self.patience if patience is None else patience,
+            )
+        except BrokerUnavailable:
+            raise
         except self._redis_error as exc:
             raise TransientError(f"admission in Redis failed: {exc}") from exc
 
@@ -527,14 +561,43 @@ class RedisAdmission:
         return outcome, (message or None)
 
     def cancel_requested(self, call_id: str) -> bool:
-        return bool(self._redis.exists(cancel_key(call_id)))
+        return bool(self.retrying(lambda: self._redis.exists(cancel_key(call_id))))
 
     def turn_calls(self, turn: str) -> list[str]:
-        return sorted(str(m) for m in self._redis.smembers(turn_key(turn)))
+        members = self.retrying(lambda: self._redis.smembers(turn_key(turn)))
+        return sorted(str(m) for m in members)
 
     def end_turn(self, turn: str, agents: Iterable[str] = ()) -> None:
-        self._redis.delete(turn_key(turn), *(home_key(agent, turn) for agent in agents))
-        self._redis.publish(CANCEL_CHANNEL, f"{END_TURN_PREFIX}{turn}")
+        homes = [home_key(agent, turn) for agent in agents]
+
+        def end() -> None:
+            self._redis.delete(turn_key(turn), *homes)
+            self._redis.publish(CANCEL_CHANNEL, f"{END_TURN_PREFIX}{turn}")
+
+        self.retrying(end)
+
+    def reassert_claims(self, call_ids: Iterable[str], hostname: str, ttl_ms: int) -> None:
+        """After an outage: mark the calls running here as claimed, where no claim exists.
+
+        A Redis that came back empty lost them; the claim tells a waiting client
+        (`call_known`) that a worker still runs the call and will store its result.
+        """
+        ids = list(call_ids)
+        if not ids:
+            return
+
+        def claim() -> None:
+            with self._redis.pipeline(transaction=False) as pipe:
+                for call_id in ids:
+                    pipe.set(claim_key(call_id), hostname, nx=True, px=ttl_ms)
+                pipe.execute()
+
+        self.retrying(claim)
+
+    def call_known(self, call_id: str) -> bool:
+        """True while the broker holds any record of the call (queued, running or done)."""
+        keys = [meta_key(call_id), call_key(call_id), done_key(call_id), claim_key(call_id)]
+        return bool(self.retrying(lambda: self._redis.exists(*keys), patience=0))
 
     def heartbeat(
         self, kind: Kind, hostname: str, lanes: Mapping[str, int], ttl_ms: int

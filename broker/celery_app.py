@@ -16,9 +16,9 @@ from typing import Any
 
 from celery import Celery
 
-from broker.config import Settings
+from broker.config import Settings, is_sentinel
 from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
-from broker.transport import transport_for
+from broker.transport import SENTINEL_TRANSPORT, transport_for
 
 # `app` is also importable (module __getattr__), built on first use.
 __all__ = ["EMBEDDED_BACKEND", "EMBEDDED_BROKER", "default_app", "make_app"]
@@ -45,6 +45,12 @@ def _configuration(settings: Settings, longest_tool_seconds: float) -> dict[str,
     visibility = settings.visibility_timeout(longest_tool_seconds)
     always_events = settings.task_events == "always"
     transport = transport_for(settings.broker_url) if settings.broker_url else None
+    if settings.broker_url and is_sentinel(settings.broker_url):
+        transport = SENTINEL_TRANSPORT  # kombu's, restoring safely (broker/transport.py)
+    # Sentinel (sentinel://h1:26379;sentinel://h2:26379): kombu's sentinel
+    # transport and Celery's sentinel backend find the master by its name.
+    sentinel = {"master_name": settings.sentinel_master} if settings.sentinel_master else {}
+    backend_sentinel = bool(settings.backend_url and is_sentinel(settings.backend_url))
     return {
         "broker_url": settings.broker_url or EMBEDDED_BROKER,
         # kombu's Redis transport with one client per channel (broker/transport.py).
@@ -82,7 +88,9 @@ def _configuration(settings: Settings, longest_tool_seconds: float) -> dict[str,
             # The in-process transport polls its queues; the default 1 s poll
             # would add up to a second to every embedded call.
             **({"polling_interval": 0.005} if embedded else {}),
+            **(sentinel if settings.broker_url and is_sentinel(settings.broker_url) else {}),
         },
+        **({"result_backend_transport_options": sentinel} if backend_sentinel else {}),
         # Results (and the call records kept with them) expire after this: the
         # platform reads a result soon or never, and Redis runs noeviction.
         "result_expires": int(settings.result_expires_seconds),
@@ -104,6 +112,14 @@ def _configuration(settings: Settings, longest_tool_seconds: float) -> dict[str,
         # Keep retrying the broker at start-up (a worker may start before Redis);
         # set explicitly because Celery 5 warns about its changing default.
         "broker_connection_retry_on_startup": True,
+        # A broker outage never makes Celery give up: the worker's outage limit
+        # (VESSEL_BROKER_OUTAGE_SECONDS, workers.outage) decides when to stop.
+        "broker_connection_max_retries": None,
+        # A reply error on the consumer's connection (a Redis still loading its
+        # data, a replica that was the master a moment ago, a transaction
+        # aborted by one of those) restarts the consumer like a lost connection,
+        # instead of ending the worker with "Unrecoverable error".
+        "broker_channel_error_retry": True,
         # A lost broker connection does not abort running calls: they finish and
         # store their result; redelivery of their message is guarded.
         "worker_cancel_long_running_tasks_on_connection_loss": False,

@@ -27,6 +27,13 @@ see, like any other result. Arguments over the agent's `max_argument_bytes`
 are refused at submit: the refused result is stored at once, nothing is
 queued, and the handle's `result()` returns it.
 
+A broker outage (a Redis restart, a Sentinel failover): `submit` raises
+`TransientError` (`BrokerUnavailable`) at once, with nothing queued (the
+submit script is atomic, and the call's Celery message is built before it
+runs); `result()` waits across the outage up to its timeout; a call the
+broker lost (Redis came back empty) ends with `BrokerLostCall` as soon as
+neither its records nor its result exist (docs/broker-outages.md).
+
 A cancelled call ends with the result `[cancelled]` (`is_error`, outcome
 `"cancelled"`): a queued call gets it at once and never starts; a running one
 gets it when its process tree (or HTTP request) has been stopped on whatever
@@ -50,14 +57,15 @@ from celery import Celery, states
 from broker.admission import Admission, Dispatched, RedisAdmission
 from broker.arguments import submit_problem
 from broker.celery_app import make_app
-from broker.config import Settings
+from broker.config import Settings, hide_password
 from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS, WORKSPACE_IDLE_TTL_SECONDS
 from broker.envelope import EnvelopeFactory, send_call
-from broker.errors import CallTimeout
+from broker.errors import BrokerLostCall, BrokerUnavailable, CallTimeout
 from broker.model import Deployment
 from broker.owner import check_owner
 from broker.queues import WORKSPACE_KINDS
 from broker.request import CallRequest, Initiator, new_call_id
+from broker.retrying import MAX_PAUSE_SECONDS, unreachable
 from broker.transport import transport_for
 from workers.result import ToolResult
 
@@ -94,6 +102,15 @@ _IDLE_PUBSUBS = 64
 #: evidence that lets a worker tell a turn's first call from one whose home
 #: Redis lost (broker/admission.py, "Turns and homes").
 _SEEN_TURNS = 100_000
+#: Quiet waits (of `_WAIT_CHUNK_SECONDS`) between two checks that the broker
+#: still knows the call; after an outage it is checked at every one.
+_LOST_CHECK_EVERY = 5
+#: A call is reported lost only when two checks this far apart (plus a
+#: heartbeat period) find nothing: a queued call being cancelled has no records
+#: between the cancel script and its `[cancelled]` result, and after an outage
+#: a worker still running a call marks it claimed again with its first
+#: heartbeat (`workers.worker`), which comes within a heartbeat and a retry pause.
+_LOST_CONFIRM_SECONDS = 2 * MAX_PAUSE_SECONDS
 
 
 class _ChannelLost(Exception):
@@ -182,7 +199,15 @@ def store_result_once(
     """Store `result` unless the call already has one; True if this one was stored."""
     if not admission.finish(result.call_id, hostname, ttl_seconds):
         return False
-    app.backend.store_result(result.call_id, result.to_dict(), "SUCCESS")
+
+    def store() -> None:
+        app.backend.store_result(result.call_id, result.to_dict(), "SUCCESS")
+
+    if isinstance(admission, RedisAdmission):
+        # Done is marked: the result must follow, across an outage of the backend too.
+        admission.retrying(store)
+    else:
+        store()
     return True
 
 
@@ -232,6 +257,60 @@ def finish_call(
     return stored, admission.release(result.call_id)
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def _while_connecting(exc: BaseException) -> bool:
+    """True if redis-py failed before sending (no connection): nothing ran."""
+    text = str(exc)
+    return "connecting to" in text or "Timeout connecting" in text
+
+
+class _LostCheck:
+    """Whether the broker still knows a call a client waits for (`BrokerLostCall`).
+
+    A call is lost when two checks a few seconds apart (`_LOST_CONFIRM_SECONDS`)
+    find neither its result nor any record in admission (queued, dispatched,
+    claimed by a worker running it, or done). Read in
+    that order, a result stored between the reads is never missed: the done
+    mark is set before (or with) the result and outlives it. Checked when the
+    wait starts (one EXISTS), then every `_LOST_CHECK_EVERY` quiet seconds, and every
+    second after an outage.
+    A result backend elsewhere: only admission's Redis is asked, the result is
+    read from the backend as always.
+    """
+
+    def __init__(self, client: VesselClient, call_id: str) -> None:
+        self._client = client
+        self._call_id = call_id
+        self._quiet = 0
+        self._first_miss: float | None = None
+        self.after_outage = False
+
+    def check(self) -> bool:
+        admission = self._client.admission
+        if not isinstance(admission, RedisAdmission):
+            return False  # the embedded default never loses a call
+        self._quiet += 1
+        if not self.after_outage and self._quiet != 1 and self._quiet % _LOST_CHECK_EVERY:
+            return False
+        if admission.call_known(self._call_id):
+            self._first_miss = None
+            return False
+        now = time.monotonic()
+        confirm = _LOST_CONFIRM_SECONDS + self._client.settings.heartbeat_seconds
+        if self._first_miss is None:
+            self._first_miss = now
+            time.sleep(confirm)
+            now = time.monotonic()
+        if now - self._first_miss < confirm:
+            return False
+        if self._client._stored(self._call_id) is not None:
+            return False
+        return not admission.call_known(self._call_id)
+
+
 @dataclass(frozen=True, slots=True)
 class CallHandle:
     """A submitted call: its id, and a way to wait for its result."""
@@ -270,7 +349,9 @@ class VesselClient:
                     "VESSEL_BROKER_URL is not set: a client needs a broker "
                     "(or pass the embedded default's app and admission)"
                 )
-            admission = RedisAdmission.from_url(self.settings.broker_url)
+            admission = RedisAdmission.from_url(
+                self.settings.broker_url, sentinel_master=self.settings.sentinel_master
+            )
             # Admission is in the broker's Redis: it can push each call's
             # prepared message into its lane itself (broker/envelope.py).
             envelopes = transport_for(self.settings.broker_url) is not None
@@ -337,29 +418,59 @@ class VesselClient:
             return CallHandle(request.call_id, self)
         lease_ms = int((found.timeout_seconds + self.settings.lease_grace_seconds) * 1000)
         message = request.to_message()
-        envelope = (
-            self._envelopes.build(found.kind, request.call_id, message)
-            if self._envelopes is not None
-            else None
-        )
+        try:
+            # Built before anything is written: kombu connects to the broker
+            # to build the first message of a kind (broker.envelope).
+            envelope = (
+                self._envelopes.build(found.kind, request.call_id, message)
+                if self._envelopes is not None
+                else None
+            )
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            raise BrokerUnavailable(
+                f"{self._broker_name()} is unreachable ({_one_line(exc)}): "
+                f"call {request.call_id} was not submitted"
+            ) from exc
         affinity = turn is not None and found.kind in WORKSPACE_KINDS
-        dispatched = self.admission.submit(
-            call_id=request.call_id,
-            kind=found.kind,
-            agent=agent,
-            message=json.dumps(message),
-            limit=limit,
-            lease_ms=lease_ms,
-            turn=turn,
-            ttl_seconds=self._ttl,
-            envelope=envelope,
-            affinity=affinity,
-            seen=affinity and turn is not None and self.turn_seen(agent, turn),
-        )
+        try:
+            dispatched = self.admission.submit(
+                call_id=request.call_id,
+                kind=found.kind,
+                agent=agent,
+                message=json.dumps(message),
+                limit=limit,
+                lease_ms=lease_ms,
+                turn=turn,
+                ttl_seconds=self._ttl,
+                envelope=envelope,
+                affinity=affinity,
+                seen=affinity and turn is not None and self.turn_seen(agent, turn),
+            )
+        except BrokerUnavailable as exc:
+            # The submit script is atomic: it ran whole or not at all. Only a
+            # connection lost between sending it and its reply leaves it unknown.
+            cause = exc.__cause__
+            sent = cause is not None and not _while_connecting(cause)
+            raise BrokerUnavailable(
+                f"{exc}: call {request.call_id} "
+                + (
+                    "may have been queued (the connection broke before the reply)"
+                    if sent
+                    else "was not submitted"
+                )
+            ) from cause
         if affinity and turn is not None:
             self._note_turn_call(request.call_id, agent, turn)
+        # Never raises: a call it could not publish is dispatched again when
+        # its lease ends (the admission record is complete).
         publish(self.app, dispatched)
         return CallHandle(request.call_id, self)
+
+    def _broker_name(self) -> str:
+        url = self.settings.broker_url
+        return "the broker Redis" + (f" {hide_password(url)}" if url else "")
 
     def result(self, call_id: str, timeout: float | None = None) -> ToolResult:
         """Wait for the call's result; CallTimeout after `timeout` seconds (None: forever).
@@ -371,7 +482,7 @@ class VesselClient:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         if _notifies(self.app.backend):
-            found = self._wait_published(call_id, deadline)
+            found = self._wait_across_outages(call_id, deadline)
             if found is not None:
                 return self._seen_result(found)
             raise CallTimeout(f"no result for call {call_id} within {timeout} s")
@@ -425,7 +536,38 @@ class VesselClient:
     def _stored(self, call_id: str) -> ToolResult | None:
         return _from_meta(self.app.backend.get_task_meta(call_id))
 
-    def _wait_published(self, call_id: str, deadline: float | None) -> ToolResult | None:
+    def _wait_across_outages(self, call_id: str, deadline: float | None) -> ToolResult | None:
+        """`_wait_published`, again after each connection failure, until `deadline`.
+
+        Raises BrokerLostCall when the broker came back without the call
+        (`_LostCheck`).
+        """
+        outage = self.admission.outage if isinstance(self.admission, RedisAdmission) else None
+        lost = _LostCheck(self, call_id)
+        pause = 0.05
+        while True:
+            try:
+                found = self._wait_published(call_id, deadline, lost)
+            except Exception as exc:
+                error = exc.__cause__ if isinstance(exc, _ChannelLost) else exc
+                if error is None or not unreachable(error):
+                    raise
+                if outage is not None:
+                    outage.failed(error)  # one warning per outage, not per call
+                lost.after_outage = True
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                time.sleep(pause if left is None else min(pause, left))
+                pause = min(pause * 2, MAX_PAUSE_SECONDS)
+                continue
+            if outage is not None:
+                outage.succeeded()
+            return found
+
+    def _wait_published(
+        self, call_id: str, deadline: float | None, lost: _LostCheck | None = None
+    ) -> ToolResult | None:
         """The result, waiting on its channel until `deadline`; None at the deadline.
 
         Each wait holds a subscription connection of its own (so any number of
@@ -442,8 +584,7 @@ class VesselClient:
             try:
                 pubsub.subscribe(channel)
             except redis.RedisError as exc:
-                _log.warning("cannot subscribe to the result of %s (%s): polling", call_id, exc)
-                return self._poll_until(call_id, deadline)
+                raise _ChannelLost from exc
             # Subscribe first, then read once: a result stored before the
             # subscription is seen by the read, one stored after it by the
             # subscription. The read goes on another connection, so it waits
@@ -453,6 +594,11 @@ class VesselClient:
                 found = self._stored(call_id)
                 if found is not None:
                     break
+                if lost is not None and lost.check():
+                    raise BrokerLostCall(
+                        f"the broker lost this call ({call_id}); submit it again "
+                        "(its Redis came back without the call's records or result)"
+                    )
                 found = self._next_published(pubsub, channel, deadline)
                 if deadline is not None and time.monotonic() >= deadline:
                     break
@@ -462,9 +608,6 @@ class VesselClient:
             except redis.RedisError:
                 pass
             return found
-        except _ChannelLost as exc:
-            _log.warning("result channel of %s lost (%s): polling", call_id, exc.__cause__)
-            return self._poll_until(call_id, deadline)
         finally:
             self._give_back(pubsub, reusable=reusable)
 
@@ -520,16 +663,6 @@ class VesselClient:
                     self._idle_pubsubs.append(pubsub)
                     return
         pubsub.close()
-
-    def _poll_until(self, call_id: str, deadline: float | None) -> ToolResult | None:
-        while True:
-            found = self._stored(call_id)
-            if found is not None:
-                return found
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
-            wait = 0.05 if deadline is None else min(0.05, max(deadline - time.monotonic(), 0))
-            time.sleep(wait)
 
     def call(
         self,

@@ -1,6 +1,10 @@
 """Broker settings, read from the environment once and frozen.
 
-    VESSEL_BROKER_URL              redis://… of the broker; unset: the embedded default
+    VESSEL_BROKER_URL              redis://… of the broker (or sentinel://host:port;sentinel://…
+                                   with VESSEL_SENTINEL_MASTER); unset: the embedded default
+    VESSEL_SENTINEL_MASTER         the master's name Sentinel knows (sentinel:// URLs only)
+    VESSEL_BROKER_OUTAGE_SECONDS   how long a worker waits for an unreachable broker, at
+                                   start and during an outage, before it exits (300)
     VESSEL_RESULT_BACKEND          where results go (default: the broker URL)
     VESSEL_LEASE_GRACE_SECONDS     a call's lease is its tool's time limit + this (30)
     VESSEL_VISIBILITY_TIMEOUT      seconds before Redis re-delivers an unacked message
@@ -27,13 +31,16 @@ from broker.constants import ENV_BROKER_URL, ENV_RESULT_BACKEND
 from broker.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_BROKER_OUTAGE_SECONDS",
     "DEFAULT_HEARTBEAT_SECONDS",
     "DEFAULT_LEASE_GRACE_SECONDS",
     "DEFAULT_RESULT_EXPIRES_SECONDS",
     "DEFAULT_SWEEP_SECONDS",
+    "ENV_BROKER_OUTAGE_SECONDS",
     "ENV_HEARTBEAT_SECONDS",
     "ENV_LEASE_GRACE_SECONDS",
     "ENV_RESULT_EXPIRES",
+    "ENV_SENTINEL_MASTER",
     "ENV_SWEEP_SECONDS",
     "ENV_TASK_EVENTS",
     "ENV_VISIBILITY_TIMEOUT",
@@ -41,6 +48,7 @@ __all__ = [
     "Settings",
     "TaskEvents",
     "hide_password",
+    "is_sentinel",
 ]
 
 ENV_LEASE_GRACE_SECONDS = "VESSEL_LEASE_GRACE_SECONDS"
@@ -49,6 +57,8 @@ ENV_HEARTBEAT_SECONDS = "VESSEL_HEARTBEAT_SECONDS"
 ENV_SWEEP_SECONDS = "VESSEL_SWEEP_SECONDS"
 ENV_RESULT_EXPIRES = "VESSEL_RESULT_EXPIRES"
 ENV_TASK_EVENTS = "VESSEL_TASK_EVENTS"
+ENV_BROKER_OUTAGE_SECONDS = "VESSEL_BROKER_OUTAGE_SECONDS"
+ENV_SENTINEL_MASTER = "VESSEL_SENTINEL_MASTER"
 
 TaskEvents = Literal["on-request", "always"]
 #: `on-request` is Celery's own default (a worker sends events once a monitor
@@ -64,12 +74,23 @@ DEFAULT_HEARTBEAT_SECONDS = 2.0
 DEFAULT_SWEEP_SECONDS = 2.0
 #: A platform reads a result within a day or never.
 DEFAULT_RESULT_EXPIRES_SECONDS = 86_400
+#: A Redis restart, an upgrade or a Sentinel failover takes seconds to a
+#: minute; five minutes without a broker is an outage an operator must see
+#: (the worker exits, its supervisor restarts it and says so).
+DEFAULT_BROKER_OUTAGE_SECONDS = 300.0
 
-_REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+_REDIS_SCHEMES = frozenset({"redis", "rediss", "unix", "sentinel"})
+
+
+def is_sentinel(url: str) -> bool:
+    """True for Celery's `sentinel://host:port;sentinel://host:port` form."""
+    return urlsplit(url.split(";", 1)[0]).scheme == "sentinel"
 
 
 def hide_password(url: str) -> str:
     """`url` with any password replaced by `***` (for logs, `repr`, messages)."""
+    if ";" in url:  # sentinel://a;sentinel://b: each part may carry one
+        return ";".join(hide_password(part) for part in url.split(";"))
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -117,6 +138,9 @@ class Settings:
     sweep_seconds: float = DEFAULT_SWEEP_SECONDS
     result_expires_seconds: float = DEFAULT_RESULT_EXPIRES_SECONDS
     task_events: TaskEvents = "on-request"
+    broker_outage_seconds: float = DEFAULT_BROKER_OUTAGE_SECONDS
+    #: The master's name for sentinel:// URLs (VESSEL_SENTINEL_MASTER).
+    sentinel_master: str | None = None
 
     def __post_init__(self) -> None:
         if self.task_events not in TASK_EVENT_MODES:
@@ -130,8 +154,13 @@ class Settings:
         ):
             if url is not None and urlsplit(url).scheme not in _REDIS_SCHEMES:
                 raise ConfigError(
-                    f"{name} must be a redis://, rediss:// or unix:// URL, "
+                    f"{name} must be a redis://, rediss://, unix:// or sentinel:// URL, "
                     f"not {hide_password(url)!r}."
+                )
+            if url is not None and is_sentinel(url) and not self.sentinel_master:
+                raise ConfigError(
+                    f"{name} is a sentinel:// URL but {ENV_SENTINEL_MASTER} is not set: "
+                    "set it to the master's name in sentinel.conf (`sentinel monitor NAME ...`)."
                 )
         if self.result_backend is not None and self.broker_url is None:
             raise ConfigError(
@@ -157,6 +186,11 @@ class Settings:
             result_expires_seconds=_number(env, ENV_RESULT_EXPIRES, DEFAULT_RESULT_EXPIRES_SECONDS)
             or DEFAULT_RESULT_EXPIRES_SECONDS,
             task_events=_task_events(env),
+            broker_outage_seconds=_number(
+                env, ENV_BROKER_OUTAGE_SECONDS, DEFAULT_BROKER_OUTAGE_SECONDS
+            )
+            or DEFAULT_BROKER_OUTAGE_SECONDS,
+            sentinel_master=env.get(ENV_SENTINEL_MASTER, "").strip() or None,
         )
 
     @property
@@ -189,7 +223,9 @@ class Settings:
             f"visibility_timeout_seconds={self.visibility_timeout_seconds}, "
             f"heartbeat_seconds={self.heartbeat_seconds}, sweep_seconds={self.sweep_seconds}, "
             f"result_expires_seconds={self.result_expires_seconds}, "
-            f"task_events={self.task_events!r})"
+            f"task_events={self.task_events!r}, "
+            f"broker_outage_seconds={self.broker_outage_seconds}, "
+            f"sentinel_master={self.sentinel_master!r})"
         )
 
     __str__ = __repr__

@@ -9,7 +9,9 @@
     ├── MissingSecret                a grant's env:NAME is not set where service workers start
     ├── WorkspaceError               a workspace operation refused (no such file, too large, ...)
     └── TransientError               try again: broker, Redis or network trouble
-        └── CallTimeout              no result arrived within the client's wait
+        ├── CallTimeout              no result arrived within the client's wait
+        ├── BrokerUnavailable        the broker's Redis cannot be reached (an outage)
+        └── BrokerLostCall           the broker lost this call (it came back empty): submit again
 
 "Never works" errors (ConfigError, UnknownAgent, UnknownTool, RefusedCall,
 ConfinementUnavailable, MissingSecret) must not be retried; TransientError may be.
@@ -21,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "BrokerLostCall",
+    "BrokerUnavailable",
     "CallTimeout",
     "ConfigError",
     "ConfinementUnavailable",
@@ -98,3 +102,11 @@ class CallTimeout(TransientError):
 
 class WorkspaceError(VesselError):
     """A workspace operation (`client.files`) the home host refused; the message says why."""
+
+
+class BrokerUnavailable(TransientError):
+    """The broker's Redis cannot be reached (down, restarting, failing over)."""
+
+
+class BrokerLostCall(TransientError):
+    """The broker lost this call (a Redis that came back empty); submit it again."""

@@ -36,6 +36,7 @@ from that transport name, so TLS brokers keep kombu's own class.
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,12 +47,18 @@ from kombu.transport import virtual
 
 from broker.queues import ADMISSION_TAG_PREFIX
 
+_log = logging.getLogger(__name__)
+
 __all__ = [
+    "SENTINEL_TRANSPORT",
     "TRANSPORTS",
     "AdmissionQoS",
     "PublishRecorder",
     "RedisChannel",
     "RedisTransport",
+    "SafeRestoreQoS",
+    "SentinelChannel",
+    "SentinelTransport",
     "pushed_by_admission",
     "recording_publishes",
     "transport_for",
@@ -131,12 +138,22 @@ class AdmissionQoS(kombu_redis.QoS):
 
     def restore_unacked(self, client: Any = None) -> None:
         self._flush()  # type: ignore[no-untyped-call]  # tags acked since the last delivery
-        with self.channel.conn_or_acquire(client) as conn:
-            for tag, message in list(self._delivered.items()):
-                if pushed_by_admission(tag):
-                    self.channel._restore(message)
-                else:
-                    self.restore_by_tag(tag, client=conn)  # type: ignore[no-untyped-call]
+        try:
+            with self.channel.conn_or_acquire(client) as conn:
+                for tag, message in list(self._delivered.items()):
+                    if pushed_by_admission(tag):
+                        self.channel._restore(message)
+                    else:
+                        self.restore_by_tag(tag, client=conn)  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            # Called when the channel closes, also after the broker went away
+            # (Celery's consumer closes it on a lost connection; its pool is
+            # gone, kombu raises AttributeError or a connection error). An
+            # exception here ended the worker ("Unrecoverable error"). Nothing
+            # is lost by not restoring: admission's lease dispatches its calls
+            # again, and kombu's own messages keep their unacked copy in Redis
+            # until the visibility timeout.
+            _log.warning("could not restore %d unacked messages: %r", len(self._delivered), exc)
         self._delivered.clear()
 
 
@@ -189,6 +206,43 @@ class RedisChannel(kombu_redis.Channel):
             return super().create_publish_batch(max_size)  # type: ignore[no-untyped-call]
         recorder.channel = self
         return recorder
+
+
+class SafeRestoreQoS(kombu_redis.QoS):
+    """kombu's Redis QoS; restoring at a lost connection's close cannot end the worker.
+
+    kombu's own `restore_unacked` raises AttributeError when Celery closes a
+    channel whose connection is gone (its pool was dropped first): the worker
+    then stops with "Unrecoverable error". The messages stay in kombu's
+    unacked hash and come back after the visibility timeout.
+    """
+
+    def restore_unacked(self, client: Any = None) -> None:
+        try:
+            super().restore_unacked(client)  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            _log.warning("could not restore %d unacked messages: %r", len(self._delivered), exc)
+            self._delivered.clear()
+
+
+class SentinelChannel(kombu_redis.SentinelChannel):
+    """kombu's Sentinel channel with `SafeRestoreQoS`."""
+
+    QoS = SafeRestoreQoS
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's Sentinel transport (`sentinel://`), unchanged but for `SafeRestoreQoS`.
+
+    Not in `TRANSPORTS`: admission does not push messages through Sentinel
+    (calls are published with `send_task`), see `broker.celery_app`.
+    """
+
+    Channel = SentinelChannel
+
+
+#: The `broker_transport` of sentinel:// broker URLs.
+SENTINEL_TRANSPORT = f"{__name__}:SentinelTransport"
 
 
 class RedisTransport(kombu_redis.Transport):

@@ -9,7 +9,10 @@ friends, exit 2 in the command) when one fails:
    plugin workers: every plugin setting's and `[platform]`'s `env:` value is
    set (`PluginHost`), and each plugin's sources, run confined here, still
    register what its `plugin.lock.json` records (`check_plugin_locks`);
-3. Redis runs with `maxmemory-policy noeviction` (an evicting Redis drops
+3. the broker's Redis answers: a worker started before its Redis waits for
+   it, one log line per attempt, up to VESSEL_BROKER_OUTAGE_SECONDS
+   (`workers.outage`), then refuses with one line;
+4. Redis runs with `maxmemory-policy noeviction` (an evicting Redis drops
    queued calls and results silently); if the provider disables CONFIG, a
    warning is logged and the worker starts.
 
@@ -26,7 +29,8 @@ worker's capacity on its lanes (admission sizes each lane's window from it), the
 recovery sweep (calls of dead workers), the workspace sweep (sandbox), the
 cancel listener, and the metrics endpoint if asked. On SIGTERM Celery shuts down
 warm: running calls finish and store their results; then the worker leaves its
-lanes.
+lanes. A broker outage is ridden out (`workers.outage`, docs/broker-outages.md);
+one longer than VESSEL_BROKER_OUTAGE_SECONDS stops the worker with one line.
 
 `embedded_client` builds the same pieces in-process for the embedded default.
 """
@@ -54,9 +58,10 @@ from broker.admission import Admission, RedisAdmission, Subscription
 from broker.celery_app import make_app
 from broker.client import VesselClient, longest_tool_seconds, publish
 from broker.config import Settings, hide_password
+from broker.connect import redis_client
 from broker.constants import ENV_HOST_ID
 from broker.embedded import LocalAdmission, embedded_worker
-from broker.errors import ConfigError
+from broker.errors import BrokerUnavailable, ConfigError
 from broker.model import Deployment
 from broker.queues import (
     END_TURN_PREFIX,
@@ -70,6 +75,7 @@ from broker.queues import (
 from broker.request import CallRequest
 from workers.execute import Executor
 from workers.metrics import start_metrics_server
+from workers.outage import OutageExit, consumer_class, wait_for_broker
 from workers.result import ToolResult
 from workers.tasks import CallRuntime, register_tasks
 from workers.workspace_ops import register_workspace_ops
@@ -105,6 +111,10 @@ DEFAULT_CONCURRENCY: dict[Kind, int] = {
 }
 #: How often the sandbox workspace TTL sweep runs, in seconds.
 _WORKSPACE_SWEEP_SECONDS = 60.0
+#: After an outage, the recovery sweep waits this long: calls that finished
+#: during it store their held results first (they retry at least every
+#: second), instead of racing a redelivery of their expired leases.
+_SWEEP_PAUSE_AFTER_OUTAGE_SECONDS = 3.0
 
 
 def lanes_for(kind: Kind, agents: Sequence[str] | None, host_id: str | None = None) -> list[str]:
@@ -242,6 +252,12 @@ def check_eviction_policy(client: redis.Redis[Any], what: str) -> None:
 
     try:
         policy = client.config_get("maxmemory-policy").get("maxmemory-policy")
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        detail = " ".join(str(exc).split())
+        raise BrokerUnavailable(
+            f"cannot reach the {what} ({detail}): check that Redis runs there and that "
+            "the URL names it (host, port, password, database, TLS)"
+        ) from None
     except redis.ResponseError as exc:
         _log.warning(
             "cannot read maxmemory-policy of the %s (%s): make sure it is noeviction", what, exc
@@ -274,10 +290,17 @@ class _Housekeeper:
         runtime: CallRuntime,
         lanes: dict[str, int],
         workspaces: WorkspaceStore | None,
+        exit_: OutageExit | None = None,
     ) -> None:
         self._runtime = runtime
         self._lanes = lanes
         self._workspaces = workspaces
+        self._exit = exit_ or OutageExit()
+        #: Outages seen ended (`beat` reasserts running calls' claims after each).
+        self._seen = 0
+        # The longest lease: a reasserted claim outlives any call running here.
+        longest = longest_tool_seconds(runtime.deployment) + runtime.settings.lease_grace_seconds
+        self._claim_ttl_ms = int(longest * 1000)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="vessel-housekeeper", daemon=True)
 
@@ -290,9 +313,19 @@ class _Housekeeper:
             rt.kind, rt.hostname, lanes or self._lanes, self._ttl_ms()
         )
         publish(rt.app, dispatched)
+        admission = rt.admission
+        if isinstance(admission, RedisAdmission) and admission.outage.recoveries != self._seen:
+            # The first beat after an outage: Redis may have come back empty.
+            self._seen = admission.outage.recoveries
+            admission.reassert_claims(rt.running_ids(), rt.hostname, self._claim_ttl_ms)
 
     def sweep(self) -> None:
         rt = self._runtime
+        admission = rt.admission
+        if isinstance(admission, RedisAdmission):
+            recovered = admission.outage.since_recovery()
+            if recovered is not None and recovered < _SWEEP_PAUSE_AFTER_OUTAGE_SECONDS:
+                return  # held results land first (see the constant)
         dispatched, finished = rt.admission.recover(rt.kind)
         for call_id, message in finished:
             _answer_lost(rt, call_id, message)
@@ -318,12 +351,24 @@ class _Housekeeper:
                 if clock["workspaces"] >= _WORKSPACE_SWEEP_SECONDS and self._workspaces:
                     clock["workspaces"] = 0.0
                     self._workspaces.sweep()
+            except BrokerUnavailable as exc:
+                # Admission rode out the outage for the whole limit: stop.
+                self._exit.stop(exc, settings.broker_outage_seconds)
             except Exception as exc:  # the thread must outlive any one failure
                 _log.warning("housekeeping failed, will retry: %s", exc)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
+        admission = self._runtime.admission
+        if isinstance(admission, RedisAdmission):
+            if admission.outage.down_for() is not None:
+                _log.warning(
+                    "could not leave the lanes (the broker is unreachable): this worker's "
+                    "capacity expires with its last heartbeat"
+                )
+                return
+            admission.patience = 0.0  # shutting down: no waiting for an outage now
         try:
             self.beat({lane: 0 for lane in self._lanes})
         except Exception as exc:  # shutting down: say so and go on
@@ -410,7 +455,6 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     Raises ConfigError, ConfinementUnavailable, MissingSecret or UnknownAgent
     before anything starts.
     """
-    import redis  # noqa: PLC0415 (the embedded default never needs redis-py)
 
     if settings.broker_url is None:
         raise ConfigError(
@@ -423,12 +467,20 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     if options.kind == "plugin":
         check_plugin_locks(deployment)
     executor, workspaces = build_executor(deployment, options.kind, options.agents)
-    admission = RedisAdmission.from_url(settings.broker_url)
-    check_eviction_policy(admission.redis, f"broker Redis {hide_password(settings.broker_url)}")
+    limit = settings.broker_outage_seconds
+    admission = RedisAdmission.from_url(
+        settings.broker_url, sentinel_master=settings.sentinel_master, patience=limit
+    )
+    broker_name = f"broker Redis {hide_password(settings.broker_url)}"
+    wait_for_broker(admission.redis, broker_name, limit)
+    check_eviction_policy(admission.redis, broker_name)
     backend = settings.backend_url
     if backend is not None and backend != settings.broker_url:
-        with redis.Redis.from_url(backend) as client:
-            check_eviction_policy(client, f"result backend {hide_password(backend)}")
+        backend_name = f"result backend {hide_password(backend)}"
+        client: redis.Redis[Any]
+        with redis_client(backend, sentinel_master=settings.sentinel_master) as client:
+            wait_for_broker(client, backend_name, limit)
+            check_eviction_policy(client, backend_name)
 
     hostname = _hostname(options)
     concurrency = options.concurrency or DEFAULT_CONCURRENCY[options.kind]
@@ -444,7 +496,8 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     )
     app = runtime.app
     lanes = {lane: concurrency for lane in lanes_for(options.kind, options.agents, host_id)}
-    housekeeper = _Housekeeper(runtime, lanes, workspaces)
+    outage_exit = OutageExit(f"vessel-workers worker {options.kind}")
+    housekeeper = _Housekeeper(runtime, lanes, workspaces, outage_exit)
     subscription: Subscription = admission.listen_cancels(
         functools.partial(_on_message, runtime, workspaces)
     )
@@ -460,6 +513,8 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
         # on each event; admission already coordinates through Redis.
         without_mingle=True,
         without_gossip=True,
+        # Reconnects at least every second, logged once per outage (workers.outage).
+        consumer_cls=consumer_class(admission.outage),
     )
     housekeeper.start()
     try:
@@ -469,6 +524,7 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
         subscription.close()
         _close(executor)
         admission.close()
+    outage_exit.report()
     return int(worker.exitcode or 0)
 
 

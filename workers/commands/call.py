@@ -147,7 +147,9 @@ def run(args: argparse.Namespace) -> int:
                 args.agent, args.tool, text, owner=owner, turn=args.turn, initiator=initiator
             )
         except TransientError as exc:
-            return _fail(f"{exc} (nothing ran)")
+            # A submit cut off between script and reply says so itself.
+            text = str(exc)
+            return _fail(text if "may have been queued" in text else f"{text} (nothing ran)")
         try:
             result = handle.result(timeout=args.timeout)
         except CallTimeout as exc:

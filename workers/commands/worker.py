@@ -4,9 +4,11 @@ Without `--agents` the worker consumes its kind's shared lane (every agent);
 with `--agents a,b` only the dedicated lanes of those agents. Celery's own
 options pass through: --concurrency, --pool, --hostname, --loglevel.
 
-Exit status: the Celery worker's, or 2 when it refuses to start (invalid
-deployment, unknown agent, no confinement, a missing secret or plugin setting
-variable, a plugin lock its sources no longer match, no broker, a Redis that may
+Exit status: the Celery worker's; 1 after a broker outage longer than
+VESSEL_BROKER_OUTAGE_SECONDS (one line says so); 2 when it refuses to start
+(invalid deployment, unknown agent, no confinement, a missing secret or plugin
+setting variable, a plugin lock its sources no longer match, no broker, a broker
+still unreachable after VESSEL_BROKER_OUTAGE_SECONDS, a Redis that may
 evict keys).
 """
 

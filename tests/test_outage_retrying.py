@@ -1,0 +1,184 @@
+"""Riding out an unreachable broker, piece by piece, against real Redis servers
+(a port nothing listens on stands for a Redis that is down)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from conftest import EXAMPLES, REPO, free_port
+
+from broker.admission import RedisAdmission
+from broker.client import VesselClient
+from broker.config import Settings, hide_password
+from broker.connect import redis_client
+from broker.errors import BrokerUnavailable, ConfigError, TransientError
+from broker.loading import load_deployment
+from broker.retrying import Outage, retry, unreachable
+from workers.outage import wait_for_broker
+from workers.worker import check_eviction_policy
+
+
+def _down_url() -> str:
+    return f"redis://127.0.0.1:{free_port()}/0"
+
+
+def test_retry_logs_once_per_outage_and_gives_up_after_its_patience(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = redis_client(_down_url())
+    outage = Outage("the broker Redis (test)")
+    caplog.set_level(logging.WARNING, logger="broker.retrying")
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            retry(outage, client.ping, patience=0.6)
+        except BrokerUnavailable as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(errors) == 4
+    assert all("the broker Redis (test) is unreachable" in str(e) for e in errors)
+    lines = [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]
+    assert len(lines) == 1, lines  # four threads, many attempts: one line
+    assert outage.down_for() is not None
+
+
+def test_retry_rides_out_a_redis_that_comes_up(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = free_port()
+    outage = Outage("the broker Redis (test)")
+    caplog.set_level(logging.WARNING, logger="broker.retrying")
+    client = redis_client(f"redis://127.0.0.1:{port}/0")  # redis-py's own retries off
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start_later() -> None:
+        time.sleep(0.7)
+        started.append(
+            subprocess.Popen(
+                [
+                    *("redis-server", "--port", str(port), "--bind", "127.0.0.1"),
+                    *("--save", "", "--appendonly", "no", "--dir", str(tmp_path)),
+                ],
+                stdout=subprocess.DEVNULL,
+            )
+        )
+
+    threading.Thread(target=start_later).start()
+    try:
+        assert retry(outage, client.ping, patience=20) is True
+    finally:
+        client.close()
+        for proc in started:
+            proc.terminate()
+            proc.wait(10)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("is reachable again after" in m for m in messages), messages
+    assert outage.down_for() is None
+    assert outage.since_recovery() is not None
+
+
+def test_errors_that_never_heal_are_not_retried() -> None:
+    assert not unreachable(redis.AuthenticationError("wrong password"))
+    assert not unreachable(redis.ResponseError("ERR unknown command"))
+    assert unreachable(redis.ConnectionError("Connection refused"))
+    assert unreachable(redis.BusyLoadingError("LOADING"))
+    wrapped = RuntimeError("backend gave up")
+    wrapped.__cause__ = redis.ConnectionError("refused")
+    assert unreachable(wrapped)
+
+
+def test_admission_with_no_patience_raises_a_transient_error_at_once() -> None:
+    admission = RedisAdmission.from_url(_down_url())
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match="is unreachable"):
+        admission.claim("c1", "host", 1000)
+    assert isinstance(BrokerUnavailable("x"), TransientError)
+    assert time.monotonic() - started < 10
+    admission.close()
+
+
+def test_submit_to_an_unreachable_broker_raises_and_writes_nothing(redis_url: str) -> None:
+    deployment = load_deployment(EXAMPLES / "deployment.toml")
+    client = VesselClient(deployment, Settings(broker_url=_down_url()))
+    with pytest.raises(BrokerUnavailable, match="was not submitted"):
+        client.submit("field-guide", "species", {}, owner="web/alice")
+    client.close()
+
+
+def test_check_eviction_policy_of_an_unreachable_redis_is_one_clear_error() -> None:
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+    client = redis.Redis.from_url(url, socket_connect_timeout=1)
+    with pytest.raises(BrokerUnavailable) as caught:
+        check_eviction_policy(client, f"broker Redis {hide_password(url)}")
+    text = str(caught.value)
+    assert "\n" not in text and "hunter2" not in text and "redis://:***@127.0.0.1" in text
+    assert caught.value.__cause__ is None  # `from None`: no chained traceback to print
+
+
+def test_wait_for_broker_refuses_a_wrong_password_at_once(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            *("redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""),
+            *("--appendonly", "no", "--dir", str(tmp_path), "--requirepass", "right"),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_broker(redis_client(f"redis://:right@127.0.0.1:{port}/0"), "broker (test)", 20)
+        client = redis_client(f"redis://:wrong@127.0.0.1:{port}/0")
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match=r"refused the credentials"):
+            wait_for_broker(client, "broker Redis (test)", 30)
+        assert time.monotonic() - started < 10  # not retried for 30 s
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_call_with_an_unreachable_broker_prints_one_line_and_exits_2() -> None:
+    env = {"VESSEL_BROKER_URL": f"redis://:pw@127.0.0.1:{free_port()}/0", "PATH": "/usr/bin"}
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "workers.cli", "call"),
+            *("-d", str(EXAMPLES / "deployment.toml"), "field-guide", "species", "{}"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "is unreachable" in lines[0] and "was not submitted" in lines[0]
+    assert "redis://:***@127.0.0.1" in lines[0] and ":pw@" not in done.stderr
+
+
+def test_settings_take_sentinel_urls_with_a_master_name() -> None:
+    url = "sentinel://:pw@127.0.0.1:26379/0;sentinel://127.0.0.1:26380"
+    settings = Settings.from_environ(
+        {"VESSEL_BROKER_URL": url, "VESSEL_SENTINEL_MASTER": "mymaster"}
+    )
+    assert settings.sentinel_master == "mymaster"
+    assert "pw" not in repr(settings)
+    with pytest.raises(ConfigError, match="VESSEL_SENTINEL_MASTER"):
+        Settings.from_environ({"VESSEL_BROKER_URL": url})
+    with pytest.raises(ConfigError, match="VESSEL_BROKER_OUTAGE_SECONDS"):
+        Settings.from_environ({"VESSEL_BROKER_OUTAGE_SECONDS": "soon"})
+    assert Settings.from_environ({}).broker_outage_seconds == 300
