@@ -10,6 +10,7 @@ any mode failed or returned a wrong result. See bench/README.md.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import tempfile
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     crashed: list[str] = []
     interrupted: BaseException | None = None
     with tempfile.TemporaryDirectory(prefix="vessel-bench-") as tmp:
+        # A root worker's calls run as the sandbox uid, which must pass through
+        # this folder to the workspaces and packages under it (never list it).
+        os.chmod(tmp, 0o711)
         ctx = Context(quick=args.quick, folder=Path(tmp))
         try:
             for mode in args.modes:
