@@ -9,7 +9,8 @@
     ├── MissingSecret                a grant's env:NAME is not set where service workers start
     ├── WorkspaceError               a workspace operation refused (no such file, too large, ...)
     └── TransientError               try again: broker, Redis or network trouble
-        └── CallTimeout              no result arrived within the client's wait
+        ├── CallTimeout              no result arrived within the client's wait
+        └── BrokerUnreachable        the broker's Redis cannot be reached or refuses us
 
 "Never works" errors (ConfigError, UnknownAgent, UnknownTool, RefusedCall,
 ConfinementUnavailable, MissingSecret) must not be retried; TransientError may be.
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "BrokerUnreachable",
     "CallTimeout",
     "ConfigError",
     "ConfinementUnavailable",
@@ -98,3 +100,8 @@ class CallTimeout(TransientError):
 
 class WorkspaceError(VesselError):
     """A workspace operation (`client.files`) the home host refused; the message says why."""
+
+
+class BrokerUnreachable(TransientError):
+    """The broker's (or result backend's) Redis cannot be reached, or refuses the
+    connection (password, database, TLS); the message names the URL, never its password."""

@@ -1,0 +1,148 @@
+"""The loaded deployment: frozen values built once by `broker.loading`.
+
+A worker looks every call up in its own copy of these; a message never carries
+a command line or a URL (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from broker.constants import DEFAULT_CPU_LIMIT, DEFAULT_WORKSPACE_FILES, DEFAULT_WORKSPACE_LIMIT_MB
+from broker.errors import UnknownAgent, UnknownTool
+
+__all__ = [
+    "Agent",
+    "AgentSettings",
+    "DeclaredTool",
+    "Deployment",
+    "Grant",
+    "InputMode",
+    "ServiceTool",
+    "Tool",
+]
+
+InputMode = Literal["json-stdin", "args"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentSettings:
+    """The agent settings at the top of `vessel.toml` (defaults in `broker.constants`)."""
+
+    workdir: str
+    tool_timeout_seconds: float
+    tool_output_chars: int
+    disk_limit_mb: int
+    memory_limit_mb: int
+    #: The turn's whole workspace, in MB, and its files (every entry): a watchdog
+    #: stops the call past either (`workers.sandbox.watchdog`).
+    workspace_limit_mb: int = DEFAULT_WORKSPACE_LIMIT_MB
+    workspace_files: int = DEFAULT_WORKSPACE_FILES
+    #: Cores per call (a cgroup CPU quota), and timeout x cpu_limit CPU seconds
+    #: per process (RLIMIT_CPU): `workers.sandbox.limits`.
+    cpu_limit: float = DEFAULT_CPU_LIMIT
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _ToolBase:
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    scope: str
+    timeout_seconds: float
+    #: The tool file, for error messages.
+    source: Path
+
+    def listing(self) -> dict[str, Any]:
+        """What the model is given: name, description, parameters."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.parameters),
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeclaredTool(_ToolBase):
+    """A command the sandbox runs; `command` already has `{package}` replaced."""
+
+    command: tuple[str, ...]
+    input: InputMode
+
+    kind: Literal["sandbox"] = "sandbox"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServiceTool(_ToolBase):
+    """An HTTP POST to `service`'s granted URL + `path`."""
+
+    service: str
+    path: str
+
+    kind: Literal["service"] = "service"
+
+
+Tool = DeclaredTool | ServiceTool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Grant:
+    """A deployment's grant of one service, values as written (`env:NAME` unresolved).
+
+    Resolution happens only in service workers (`workers.service.secrets`).
+    """
+
+    name: str
+    url: str
+    headers: Mapping[str, str]
+
+    def __repr__(self) -> str:
+        # Header values may be literal secrets: never print them.
+        return f"Grant(name={self.name!r}, url=<hidden>, headers={sorted(self.headers)!r})"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Agent:
+    """One `[[agents]]` entry with its package loaded."""
+
+    id: str
+    #: Host folder of the agent package, mounted read-only at /agent.
+    package_dir: Path
+    settings: AgentSettings
+    tools: Mapping[str, Tool]
+    #: Sandbox path -> host folder, mounted read-only.
+    mounts: Mapping[str, Path]
+    grants: Mapping[str, Grant]
+    #: Calls of this agent that may run at once, across all workers and hosts.
+    max_concurrent_calls: int
+
+    def tool(self, name: str) -> Tool:
+        try:
+            return self.tools[name]
+        except KeyError:
+            known = ", ".join(sorted(self.tools)) or "none"
+            raise UnknownTool(
+                f"agent {self.id!r} has no tool {name!r} (its tools: {known})"
+            ) from None
+
+    def catalogue(self) -> list[dict[str, Any]]:
+        """The tool list the model is given, in declaration order."""
+        return [t.listing() for t in self.tools.values()]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Deployment:
+    """A validated `deployment.toml` with every agent loaded."""
+
+    path: Path
+    agents: Mapping[str, Agent] = field(default_factory=dict)
+
+    def agent(self, agent_id: str) -> Agent:
+        try:
+            return self.agents[agent_id]
+        except KeyError:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise UnknownAgent(f"{self.path}: no agent {agent_id!r} (agents: {known})") from None

@@ -1,0 +1,53 @@
+"""The `vessel-workers` command line (DESIGN.md, "The command line")."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from broker.constants import DEFAULT_DEPLOYMENT_FILE, ENV_DEPLOYMENT
+from workers.commands import call, check, files, tools, worker
+
+__all__ = ["build_parser", "default_deployment", "main"]
+
+_VERBS = (check, tools, call, files, worker)
+
+
+def default_deployment() -> Path:
+    """`$VESSEL_DEPLOYMENT`, then `./deployment.toml`."""
+    return Path(os.environ.get(ENV_DEPLOYMENT) or DEFAULT_DEPLOYMENT_FILE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vessel-workers",
+        description="Run AI agents' tool calls: declared tools confined, service tools over HTTP.",
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-d",
+        "--deployment",
+        type=Path,
+        default=None,
+        help=f"deployment file (default ${ENV_DEPLOYMENT}, then ./{DEFAULT_DEPLOYMENT_FILE})",
+    )
+    subparsers = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for verb in _VERBS:
+        verb.add_parser(subparsers, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.deployment is None:
+        args.deployment = default_deployment()
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

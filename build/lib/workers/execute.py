@@ -1,0 +1,92 @@
+"""The plain function behind every task: look the call up, check it, run it.
+
+Celery tasks stay thin (decode, call `Executor.run`, store); everything here is
+testable without Celery. Nothing a caller sends can make this raise: an unknown
+agent or tool, bad arguments, or a tool of the other worker kind all end as an
+error `ToolResult` the model can read.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from broker.errors import RefusedCall, UnknownAgent, UnknownTool
+from broker.model import DeclaredTool, Deployment, ServiceTool
+from broker.request import CallRequest
+from workers.arguments import parse_arguments
+from workers.result import ToolResult
+
+if TYPE_CHECKING:
+    from workers.sandbox.runner import SandboxRunner
+    from workers.service.caller import ServiceCaller
+
+__all__ = ["Executor", "refused_result"]
+
+
+def refused_result(request: CallRequest, text: str, *, started: float | None = None) -> ToolResult:
+    """A call that never ran: the model is told why."""
+    elapsed = 0.0 if started is None else (time.monotonic() - started) * 1000
+    return ToolResult(
+        call_id=request.call_id,
+        agent=request.agent,
+        tool=request.tool,
+        is_error=True,
+        output=text,
+        duration_ms=round(elapsed, 3),
+        outcome="refused",
+    )
+
+
+class Executor:
+    """Runs calls for one worker kind; the other kind's runner is None."""
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        *,
+        sandbox: SandboxRunner | None = None,
+        service: ServiceCaller | None = None,
+    ) -> None:
+        self.deployment = deployment
+        self.sandbox = sandbox
+        self.service = service
+
+    def run(self, request: CallRequest, cancel: threading.Event | None = None) -> ToolResult:
+        started = time.monotonic()
+        try:
+            agent = self.deployment.agent(request.agent)
+            tool = agent.tool(request.tool)
+            arguments = parse_arguments(tool, request.arguments)
+        except (UnknownAgent, UnknownTool) as exc:
+            return refused_result(request, str(exc), started=started)
+        except RefusedCall as exc:
+            return refused_result(request, exc.model_text, started=started)
+
+        if isinstance(tool, DeclaredTool):
+            if self.sandbox is None:
+                return refused_result(
+                    request, f"{tool.name}: this worker runs no declared tools", started=started
+                )
+            return self.sandbox.run(
+                call_id=request.call_id,
+                agent=agent,
+                tool=tool,
+                arguments=arguments,
+                turn=request.turn,
+                cancel=cancel,
+            )
+        assert isinstance(tool, ServiceTool)
+        if self.service is None:
+            return refused_result(
+                request, f"{tool.name}: this worker calls no services", started=started
+            )
+        return self.service.call(
+            call_id=request.call_id,
+            agent=agent,
+            tool=tool,
+            arguments=arguments,
+            owner=request.owner,
+            cancel=cancel,
+        )

@@ -1,0 +1,294 @@
+"""The sandbox's shape: bubblewrap's options for one call.
+
+The options are passed to bwrap through `--args FD` (a memfd), not on its
+command line: bwrap is pid 1 inside the sandbox, and `/proc/1/cmdline` would
+otherwise show every host path (workspace, package, mounts). The sandbox sees
+`bwrap --args 3 -- <the tool's command>` and nothing else of the host.
+
+Layout (everything read-only except the workspace):
+
+    /usr, /bin, /sbin, /lib*   the host's system folders (symlinks kept as symlinks)
+    /etc                       a symlink to /.vessel/etc, where ONE read-only bind
+                               shows the worker's staged /etc (`stage_etc`): a copy
+                               of a short allow-list of harmless entries (below),
+                               plus a synthetic passwd/group/hosts/hostname; never
+                               the host's shadow, ssh keys, TLS private keys or
+                               tokens. /etc/ssl/certs is the host's, bound read-only
+                               over the stage's empty ssl/certs (kept current).
+    /proc                      a new procfs: the new pid namespace shows only the call
+    /dev                       bwrap's minimal /dev (null, zero, random, tty, pts...);
+                               read-only, so /dev/shm cannot hold shared memory
+    /tmp                       an empty folder of the read-only root, holding only:
+    /tmp/vessel                the turn's workspace, read-write ($HOME, $TMPDIR)
+    /tmp/vessel/outbox         this call's own empty outbox, read-write ($VESSEL_OUTBOX)
+    /agent                     the agent package
+    <mounts>                   the deployment's data mounts
+    <workdir>                  an empty folder if no mount provides it
+    /                          bwrap's tmpfs root, remounted read-only last
+
+Not bound: /root, /home, /var, /run, /opt, /srv, /mnt, /sys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import functools
+import os
+import secrets
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from broker.constants import OUTBOX_PATH, PACKAGE_PATH, SANDBOX_HOME
+
+__all__ = [
+    "COMMAND_PREFIX",
+    "ETC_ALLOWED",
+    "ETC_MOUNT",
+    "ETC_PARTS",
+    "SANDBOX_ENV",
+    "SANDBOX_HOSTNAME",
+    "Layout",
+    "bwrap_options",
+    "spawn_env",
+    "stage_etc",
+    "write_system_files",
+]
+
+SANDBOX_HOSTNAME = "vessel"
+
+#: Seed 000: the environment holds only PATH, LANG, HOME, TMPDIR and VESSEL_OUTBOX.
+SANDBOX_ENV: Mapping[str, str] = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "HOME": SANDBOX_HOME,
+    "TMPDIR": SANDBOX_HOME,
+    "VESSEL_OUTBOX": OUTBOX_PATH,
+}
+
+#: /etc entries the sandbox gets from the host (glob patterns on the name). Each
+#: is configuration a program needs to start and holds no secret. Left out on
+#: purpose: shadow/gshadow, ssh, ssl/private (bound: ssl/certs only), sudoers,
+#: pip.conf/npmrc/gitconfig (may hold tokens), machine-id, passwd/group (synthetic).
+ETC_ALLOWED: tuple[str, ...] = (
+    "alternatives",  # Debian's /usr/bin/awk -> /etc/alternatives/awk -> mawk links
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "mime.types",
+    "magic",
+    "magic.mime",
+    "os-release",
+    "debian_version",
+    "nsswitch.conf",
+    "host.conf",
+    "gai.conf",
+    "protocols",
+    "services",
+    "locale.alias",
+    "locale.conf",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "fonts",
+    "python3*",
+    "perl",
+    "java-*-openjdk",  # the JVM's conf/ folder links here
+    "ImageMagick-*",
+)
+#: Host folders of /etc bound only in part.
+ETC_PARTS: tuple[str, ...] = ("ssl/certs", "ssl/openssl.cnf")
+#: Parts bound from the host (over an empty folder of the stage), not copied:
+#: the certificates change with the host's ca-certificates updates.
+_ETC_BOUND = ("ssl/certs",)
+#: Where the staged /etc is mounted inside; /etc is a symlink to it. One bind
+#: instead of one per entry (each bind costs bwrap about 0.3 ms).
+ETC_MOUNT = "/.vessel/etc"
+
+#: Run inside the sandbox before the tool's command: bwrap sets PWD after
+#: --chdir, and seed 000's environment holds exactly five variables.
+COMMAND_PREFIX: tuple[str, ...] = ("/usr/bin/env", "-u", "PWD", "--")
+
+_SYSTEM_TOP = ("usr",)
+_SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+_PASSWD = (
+    f"root:x:0:0:root:{SANDBOX_HOME}:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+)
+_GROUP = "root:x:0:\nnogroup:x:65534:\n"
+_HOSTS = f"127.0.0.1\tlocalhost {SANDBOX_HOSTNAME}\n::1\tlocalhost ip6-localhost\n"
+
+
+def write_system_files(folder: Path) -> Path:
+    """Write the synthetic /etc files into `folder` (idempotent); return it."""
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+    for name, text in (
+        ("passwd", _PASSWD),
+        ("group", _GROUP),
+        ("hosts", _HOSTS),
+        ("hostname", f"{SANDBOX_HOSTNAME}\n"),
+    ):
+        target = folder / name
+        if not target.is_file() or target.read_text() != text:
+            tmp = folder / f".{name}.tmp"
+            tmp.write_text(text)
+            tmp.chmod(0o644)
+            tmp.replace(target)
+    return folder
+
+
+def stage_etc(folder: Path, etc: Path = Path("/etc")) -> Path:
+    """Build the sandbox's /etc in `folder` from scratch; return it.
+
+    What a call sees at /etc, as the per-entry binds showed it before: each
+    allowed top-level entry with its symlink followed (a bind resolves its
+    source), folders copied with their inner symlinks kept as symlinks, the
+    synthetic files, and an empty ssl/certs for the host's (bound over it).
+    Built in a fresh sibling folder and renamed into place: a call never binds
+    a half-built stage. Folders 0755 (umask aside); copied files keep their mode.
+    """
+    folder.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    build = folder.parent / f".{folder.name}.{secrets.token_hex(6)}"
+    build.mkdir(mode=0o755)
+    os.chmod(build, 0o755)  # noqa: S103 (the sandbox's /etc: world-readable, as the host's)
+    try:
+        for entry in _etc_entries(etc):
+            relative = Path(entry).relative_to(etc)
+            target = build / relative
+            if target.parent != build:
+                target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+                os.chmod(target.parent, 0o755)  # noqa: S103
+            if str(relative) in _ETC_BOUND:
+                target.mkdir(mode=0o755, exist_ok=True)
+                os.chmod(target, 0o755)  # noqa: S103
+                continue
+            try:
+                if os.path.isdir(entry):
+                    shutil.copytree(entry, target, symlinks=True)
+                else:
+                    shutil.copy2(entry, target)
+            except OSError:
+                # Unreadable here: leave it out (a partial copy would be worse).
+                with contextlib.suppress(OSError):
+                    if target.is_dir() and not target.is_symlink():
+                        shutil.rmtree(target)
+                    else:
+                        target.unlink()
+        write_system_files(build)
+        if folder.exists() or folder.is_symlink():
+            old = folder.parent / f".{folder.name}.old-{secrets.token_hex(6)}"
+            folder.rename(old)
+            shutil.rmtree(old, ignore_errors=True)
+        build.rename(folder)
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
+    return folder
+
+
+@functools.lru_cache(maxsize=1)
+def _etc_entries(etc: Path = Path("/etc")) -> tuple[str, ...]:
+    """The allowed /etc entries present here; looked up once per process (~20 ms)."""
+    try:
+        names = sorted(os.listdir(etc))
+    except OSError:
+        return ()
+    picked = [n for n in names if any(fnmatch.fnmatchcase(n, pat) for pat in ETC_ALLOWED)]
+    picked += [p for p in ETC_PARTS if (etc / p).exists()]
+    return tuple(str(etc / n) for n in picked)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Layout:
+    """Host paths of one call, and the sandbox paths they appear at."""
+
+    package_dir: Path
+    workspace: Path
+    #: This call's own $VESSEL_OUTBOX folder, mounted over the workspace's outbox/.
+    outbox: Path
+    #: sandbox path -> host folder, read-only.
+    mounts: Mapping[str, Path]
+    workdir: str
+    #: The staged /etc (`stage_etc`): allowed copies plus the synthetic passwd,
+    #: group, hosts, hostname.
+    system_files: Path
+
+
+def _covered(path: str, roots: list[str]) -> bool:
+    p = PurePosixPath(path)
+    return any(p == PurePosixPath(r) or PurePosixPath(r) in p.parents for r in roots)
+
+
+@functools.lru_cache(maxsize=8)
+def _fixed_options(system_files: Path) -> tuple[str, ...]:
+    """The options that are the same for every call of this worker (cached)."""
+    opts: list[str] = [
+        # Namespaces: net, pid, ipc, uts, cgroup, user (explicit: --disable-userns needs it).
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",  # no nested user namespace: no way to regain capabilities
+        "--die-with-parent",  # the worker thread that spawned us dies -> so does the call
+        "--new-session",  # setsid before exec: no controlling terminal, no TIOCSTI target
+        "--cap-drop",
+        "ALL",  # run as root, bwrap would keep capabilities inside
+        "--hostname",
+        SANDBOX_HOSTNAME,
+        "--clearenv",
+    ]
+    for name, value in SANDBOX_ENV.items():
+        opts += ["--setenv", name, value]
+
+    for top in _SYSTEM_TOP:
+        opts += ["--ro-bind", f"/{top}", f"/{top}"]
+    for name in _SYSTEM_LINKS:
+        host = Path("/") / name
+        if host.is_symlink():
+            opts += ["--symlink", os.readlink(host), f"/{name}"]
+        elif host.is_dir():
+            opts += ["--ro-bind", str(host), f"/{name}"]
+    # /etc: the staged folder, bound once; the host's certificates over its ssl/certs.
+    opts += ["--ro-bind", str(system_files), ETC_MOUNT]
+    bound = {str(Path("/etc") / p) for p in _ETC_BOUND}
+    for entry in _etc_entries():
+        if entry in bound:
+            opts += ["--ro-bind", entry, f"{ETC_MOUNT}{entry[len('/etc') :]}"]
+    opts += ["--symlink", ETC_MOUNT, "/etc"]
+
+    # No tmpfs at /tmp: the workspace is bound at /tmp/vessel on bwrap's own
+    # root, which --remount-ro / makes read-only (a tmpfs there would only be
+    # remounted read-only too: one mount and one remount per call, ~0.2 ms).
+    opts += ["--proc", "/proc", "--dev", "/dev"]
+    return tuple(opts)
+
+
+def bwrap_options(layout: Layout, *, seccomp_fd: int) -> list[str]:
+    """Every bwrap option of one call, in order (the command is not included)."""
+    opts = list(_fixed_options(layout.system_files))
+    opts += ["--bind", str(layout.workspace), SANDBOX_HOME]
+    opts += ["--bind", str(layout.outbox), OUTBOX_PATH]
+    opts += ["--ro-bind", str(layout.package_dir), PACKAGE_PATH]
+    # Shallow mounts first, so a mount nested in another one lands on top of it.
+    for target in sorted(layout.mounts, key=lambda t: (t.count("/"), t)):
+        opts += ["--ro-bind", str(layout.mounts[target]), target]
+
+    provided = [SANDBOX_HOME, PACKAGE_PATH, *layout.mounts, "/usr", "/etc", "/proc", "/dev"]
+    if not _covered(layout.workdir, provided):
+        opts += ["--dir", layout.workdir]
+    opts += ["--chdir", layout.workdir]
+
+    # Last: nothing but the workspace stays writable (tmpfs in RAM is unbounded).
+    opts += ["--remount-ro", "/dev", "--remount-ro", "/"]
+    opts += ["--seccomp", str(seccomp_fd)]
+    return opts
+
+
+def spawn_env() -> dict[str, str]:
+    """The environment bwrap itself gets: nothing of the worker's.
+
+    bwrap's --clearenv only clears the command's environment; bwrap's own copy
+    is readable inside as /proc/1/environ, so it must not hold the worker's.
+    """
+    return {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8"}

@@ -1,0 +1,300 @@
+"""Per-turn workspaces: the only place a tool may write (/tmp/vessel in the sandbox).
+
+Layout under the root (mode 0700 at every level, owned by the worker's user):
+
+    <root>/<agent id>/<turn key>/        one turn's workspace, kept between its calls
+    <root>/<agent id>/.call-<random>/    a one-call workspace (turn None), removed after it
+    <root>/.outbox/<random>/             one call's $VESSEL_OUTBOX, removed once read
+
+Those two are removed by a background thread once the call's result is made
+(`discard_later`), off the call's path: the sandbox that used them is dead by
+then, and nothing of theirs is read again. The same thread makes a couple of
+fresh ones ahead (empty, 0700, under the 0700 root: as fresh as a mkdir at the
+call), which `for_turn(..., None)` and `new_outbox` hand out first.
+
+A turn id is the platform's, so it is never used as a path as is: it becomes a
+fixed-length hex key (sha256), which also keeps `..` and `/` out of paths.
+Each call gets its own outbox folder, bind-mounted over the workspace's
+`outbox/`: two calls of one turn running at once (parallel tool calls) never
+see or clear each other's files, and nothing a tool leaves there survives it.
+
+A workspace's modification time is refreshed at each use; `sweep` removes those
+idle past the TTL (run it periodically: the sandbox worker does at start and
+between calls).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import queue
+import secrets
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from broker.constants import ENV_WORKSPACE_ROOT
+
+__all__ = ["DEFAULT_WORKSPACE_ROOT", "WorkspaceStore", "default_workspace_root", "remove_tree"]
+
+#: Used when $VESSEL_WORKSPACE_ROOT is unset: a root-only folder on local disk.
+#: /var/lib is where a service keeps its state; /tmp would let other users
+#: pre-create the path.
+DEFAULT_WORKSPACE_ROOT = Path("/var/lib/vessel-workers/workspaces")
+
+_ONE_CALL_PREFIX = ".call-"
+#: Hex characters of a one-call workspace's or an outbox's random name.
+_RANDOM_CHARS = 24
+#: Folders of each kind the janitor keeps made ahead, per parent.
+_SPARES = 2
+#: The janitor thread (`discard_later`) ends after this long without work.
+_JANITOR_IDLE_SECONDS = 10.0
+_OUTBOXES = ".outbox"
+
+
+def default_workspace_root() -> Path:
+    """$VESSEL_WORKSPACE_ROOT, else `DEFAULT_WORKSPACE_ROOT`."""
+    value = os.environ.get(ENV_WORKSPACE_ROOT, "").strip()
+    return Path(value) if value else DEFAULT_WORKSPACE_ROOT
+
+
+def _turn_key(turn: str) -> str:
+    return hashlib.sha256(turn.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a workspace whatever a tool left in it (read-only dirs included)."""
+
+    def onerror(func: object, name: str, exc: object) -> None:
+        # A tool may chmod a folder 000: make it writable and retry once.
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(name), 0o700)
+            os.chmod(name, 0o700)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(name) and not os.path.islink(name):
+                shutil.rmtree(name, ignore_errors=True)
+            else:
+                os.unlink(name)
+
+    if path.is_symlink():
+        path.unlink()
+        return
+    if path.exists():
+        shutil.rmtree(path, onerror=onerror)
+
+
+class WorkspaceStore:
+    """One workspace per (agent, turn) under `root`, mode 0700."""
+
+    def __init__(self, root: Path, *, ttl_seconds: float = 3600.0) -> None:
+        if ttl_seconds <= 0:
+            raise ValueError(f"ttl_seconds must be positive, not {ttl_seconds!r}.")
+        self.root = Path(root)
+        self.ttl_seconds = ttl_seconds
+        self._lock = threading.Lock()
+        #: Parent folders made (and chmod-ed) once by this store: the root, the
+        #: agents' folders, the outboxes' folder. Nothing here removes them; if
+        #: something else does, the next mkdir below fails and they are redone.
+        self._ready: set[Path] = set()
+        self._resolved_root: Path | None = None
+        #: Folders `discard_later` hands to this process's janitor thread.
+        self._later: queue.Queue[Path] = queue.Queue()
+        self._janitor_pid: int | None = None
+        #: Fresh folders the janitor made ahead, by parent: one-call workspaces
+        #: (with their outbox/ mount point) and outboxes. This process's only.
+        self._spares: dict[Path, list[Path]] = {}
+        self._spares_pid = os.getpid()
+
+    def _agent_dir(self, agent_id: str) -> Path:
+        if not agent_id or "/" in agent_id or agent_id.startswith("."):
+            raise ValueError(f"{agent_id!r} is not an agent id.")
+        return self.root / agent_id
+
+    def _ensure_dir(self, path: Path) -> None:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path, 0o700)
+
+    def _ensure_parents(self, *paths: Path) -> None:
+        """`_ensure_dir` each of `paths` not yet made by this store (under the lock)."""
+        for path in paths:
+            if path not in self._ready:
+                self._ensure_dir(path)
+                self._ready.add(path)
+
+    def _make_fresh(self, path: Path, *parents: Path) -> None:
+        """mkdir `path` (0700) under `parents`, redoing them if they went missing."""
+        with self._lock:
+            self._ensure_parents(*parents)
+            try:
+                path.mkdir(mode=0o700)
+            except FileNotFoundError:
+                self._ready.difference_update(parents)
+                self._ensure_parents(*parents)
+                path.mkdir(mode=0o700)
+
+    def _take_spare(self, parent: Path) -> Path | None:
+        """A folder the janitor made ahead under `parent`, its mtime now; None if none."""
+        with self._lock:
+            if self._spares_pid != os.getpid():  # a forked child: the parent's are the parent's
+                self._spares, self._spares_pid = {}, os.getpid()
+            stock = self._spares.get(parent)
+            path = stock.pop() if stock else None
+        if path is None:
+            return None
+        try:
+            # Well inside the TTL, so `sweep` cannot be removing it now.
+            if time.time() - path.lstat().st_mtime > self.ttl_seconds / 2:
+                raise FileNotFoundError(path)
+            os.utime(path, follow_symlinks=False)
+        except OSError:
+            self.discard_later(path)
+            return None
+        return path
+
+    def _make_spare(self, used: Path) -> None:
+        """In the janitor: make a fresh folder like `used` (just discarded) for a later call."""
+        parent = used.parent
+        with self._lock:
+            if self._spares_pid != os.getpid() or len(self._spares.get(parent, ())) >= _SPARES:
+                return
+        spare = parent / f"{used.name[:-_RANDOM_CHARS]}{secrets.token_hex(_RANDOM_CHARS // 2)}"
+        try:
+            spare.mkdir(mode=0o700)
+            if self.is_one_call(spare):
+                (spare / "outbox").mkdir(mode=0o700)  # the call's outbox mount point
+        except OSError:
+            return
+        with self._lock:
+            self._spares.setdefault(parent, []).append(spare)
+
+    def for_turn(self, agent_id: str, turn: str | None) -> Path:
+        """The turn's workspace, created if absent; turn None gives a fresh one-call one.
+
+        A one-call workspace is the caller's to remove (`discard`) after the call.
+        """
+        agent_dir = self._agent_dir(agent_id)
+        if turn is None:
+            spare = self._take_spare(agent_dir)
+            if spare is not None:
+                return spare
+            path = agent_dir / f"{_ONE_CALL_PREFIX}{secrets.token_hex(_RANDOM_CHARS // 2)}"
+            self._make_fresh(path, self.root, agent_dir)  # new: its mtime is now
+            return path
+        with self._lock:
+            self._ensure_dir(self.root)
+            self._ensure_dir(agent_dir)
+            path = agent_dir / _turn_key(turn)
+            self._ensure_dir(path)
+            os.utime(path)
+        return path
+
+    def new_outbox(self) -> Path:
+        """A fresh, empty folder for one call's $VESSEL_OUTBOX (remove it with `discard`)."""
+        spare = self._take_spare(self.root / _OUTBOXES)
+        if spare is not None:
+            return spare
+        path = self.root / _OUTBOXES / secrets.token_hex(_RANDOM_CHARS // 2)
+        self._make_fresh(path, self.root, self.root / _OUTBOXES)
+        return path
+
+    def is_one_call(self, path: Path) -> bool:
+        """True for a workspace made by `for_turn(..., None)`."""
+        return path.name.startswith(_ONE_CALL_PREFIX)
+
+    def _check_under_root(self, path: Path) -> None:
+        if self._resolved_root is None:
+            self._resolved_root = self.root.resolve()
+        if self._resolved_root not in path.resolve().parents:
+            raise ValueError(f"{path} is not a workspace under {self.root}.")
+
+    def discard(self, path: Path) -> None:
+        """Remove a workspace by path (a one-call workspace after its call)."""
+        self._check_under_root(path)
+        # Fast path: a call that left nothing (an empty outbox, a one-call
+        # workspace holding only its empty outbox/); rmdir never follows a link.
+        # Anything else (ENOTEMPTY, ENOTDIR...) goes the thorough way.
+        with contextlib.suppress(OSError):
+            if self.is_one_call(path):
+                os.rmdir(path / "outbox")
+            os.rmdir(path)
+            return
+        remove_tree(path)
+
+    def discard_later(self, path: Path) -> None:
+        """`discard`, done by a background thread: off the call's path.
+
+        For a folder no process uses any more (a call's outbox once read, a
+        one-call workspace after its call). Removing a folder that was a mount
+        point in a sandbox's namespace waits for that namespace's teardown
+        (about 1 ms each here). `flush` waits for what is pending; what a dead
+        worker left pending, `sweep` removes once past the TTL. The janitor's
+        `discard` checks that `path` is under the root (and skips it if not).
+        """
+        with self._lock:
+            if self._janitor_pid != os.getpid():  # none running, or the parent's (a fork)
+                # Empty here, or the parent's (its items and locks are the parent's).
+                self._later = queue.Queue()
+                threading.Thread(
+                    target=self._janitor, args=(self._later,), name="workspace-janitor", daemon=True
+                ).start()
+                self._janitor_pid = os.getpid()
+            self._later.put(path)
+
+    def _janitor(self, later: queue.Queue[Path]) -> None:
+        while True:
+            try:
+                path = later.get(timeout=_JANITOR_IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:  # discard_later starts another one if it must
+                    if later.empty():
+                        self._janitor_pid = None
+                        return
+                continue
+            try:
+                with contextlib.suppress(OSError, ValueError):
+                    self.discard(path)
+                    if self.is_one_call(path) or path.parent.name == _OUTBOXES:
+                        self._make_spare(path)
+            finally:
+                later.task_done()
+
+    def flush(self) -> None:
+        """Wait until every `discard_later` folder of this process is removed."""
+        if self._janitor_pid in (os.getpid(), None):
+            self._later.join()
+
+    def touch(self, path: Path) -> None:
+        """Mark a workspace as used now (the TTL counts from the last use)."""
+        with contextlib.suppress(OSError):
+            os.utime(path)
+
+    def has_turn(self, agent_id: str, turn: str) -> bool:
+        """True if the turn's workspace exists here (turn affinity: was this host its home?)."""
+        return (self._agent_dir(agent_id) / _turn_key(turn)).is_dir()
+
+    def end_turn(self, agent_id: str, turn: str) -> None:
+        """Remove the turn's workspace (nothing happens if it is already gone)."""
+        remove_tree(self._agent_dir(agent_id) / _turn_key(turn))
+
+    def sweep(self) -> int:
+        """Remove workspaces idle past the TTL; return how many were removed."""
+        if not self.root.is_dir():
+            return 0
+        cutoff = time.time() - self.ttl_seconds
+        removed = 0
+        for agent_dir in self.root.iterdir():
+            if agent_dir.name != _OUTBOXES and (
+                agent_dir.name.startswith(".") or not agent_dir.is_dir()
+            ):
+                continue
+            for ws in agent_dir.iterdir():
+                try:
+                    idle = ws.lstat().st_mtime < cutoff
+                except FileNotFoundError:
+                    continue
+                if idle:
+                    remove_tree(ws)
+                    removed += 1
+        return removed
