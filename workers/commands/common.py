@@ -8,8 +8,9 @@ prints its problems, one `FILE: FIELD: message` line each.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker.errors import BrokerUnreachable, ConfigError, InvalidDeployment
 
@@ -27,6 +28,7 @@ __all__ = [
     "epilog",
     "fail",
     "load",
+    "print_result",
     "remote_client",
 ]
 
@@ -89,3 +91,13 @@ def remote_client(verb: str, settings: Settings, deployment: Deployment) -> Vess
         return VesselClient(deployment, settings)
     except (BrokerUnreachable, ConfigError, ValueError) as exc:
         return fail(verb, str(exc))
+
+
+def print_result(result: Any, *, as_json: bool) -> None:
+    """What `call` prints: the text the model sees, or the whole result as JSON."""
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        output = result.output
+        sys.stdout.write(output if output.endswith("\n") else output + "\n")
+    sys.stdout.flush()

@@ -103,9 +103,12 @@ class LiveStatus:
             pass
 
 
-def wait(handle: CallHandle, *, timeout: float | None, live: bool) -> ToolResult:
+def wait(
+    handle: CallHandle, *, timeout: float | None, live: bool, cancel: bool = True
+) -> ToolResult:
     """`handle.result(timeout)`, with the live status line when `live` and stderr
-    is a terminal; Interrupted (the call cancelled) on Ctrl-C."""
+    is a terminal; Interrupted on Ctrl-C, after cancelling the call if `cancel`
+    (`vessel-workers result` only stops waiting)."""
     show = live and sys.stderr.isatty()
     try:
         if not show:
@@ -115,6 +118,8 @@ def wait(handle: CallHandle, *, timeout: float | None, live: bool) -> ToolResult
     except KeyboardInterrupt:
         # A second Ctrl-C must not cut the cancel short (or print a traceback).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if not cancel:
+            raise Interrupted(handle.call_id, "goes on (not cancelled)") from None
         try:
             what = "cancelled" if handle.cancel() else "had already finished"
         except TransientError as exc:
