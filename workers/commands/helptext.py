@@ -85,7 +85,11 @@ EPILOGS: dict[str, str] = {
 #: verb -> argument dest -> its help, for the arguments defined without one.
 ARGUMENT_HELP: dict[str, dict[str, str]] = {
     "call": {"agent": "the agent id", "tool": "the tool's name, as `tools AGENT` lists it"},
-    "files": {"agent": "the agent id", "turn": "the turn id given to call --turn"},
+    "files": {
+        "agent": "the agent id",
+        "turn": "the turn id given to call --turn",
+        "op": "what to do: ls, get, put or rm (`files AGENT TURN OP --help`)",
+    },
     "worker": {"kind": "sandbox (declared tools) or service (service tools)"},
 }
 
