@@ -54,8 +54,10 @@ def _server(folder: Path, *args: str) -> subprocess.Popen[bytes]:
     if binary is None:
         pytest.fail("redis-server is not installed")
     return subprocess.Popen(
-        [binary, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)]
-        + list(args),
+        [
+            *(binary, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
+            *("--dir", str(folder), *args),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
