@@ -259,3 +259,17 @@ def test_no_status_line_when_stderr_is_not_a_terminal(cluster: Cluster) -> None:
     done = cli(cluster, "call", "box", "count", json.dumps({"n": 8, "sleep": 1}))
     assert done.returncode == 0, done.stderr
     assert done.stdout == "counted 8\n" and done.stderr == ""
+
+
+def test_the_worker_banner_says_what_applies_not_celery_advice(cluster: Cluster) -> None:
+    log = (cluster.workspaces.parent / "verbs.log").read_text(errors="replace")
+    assert "[vessel]" in log, log[-3000:]
+    assert ".> kind:        sandbox" in log
+    assert ".> cgroups:     " in log and "VESSEL_SANDBOX_CGROUPS" in log
+    assert "confinement: checked at start" in log
+    assert "task events: on request" in log
+    # Celery's advice for `celery worker`, which `vessel-workers worker` does not take.
+    assert "enable -E" not in log, log[-3000:]
+    assert "--uid" not in log and "superuser privileges" not in log, log[-3000:]
+    if os.geteuid() == 0:
+        assert "running as root, which the sandbox allows" in log
