@@ -216,13 +216,12 @@ def test_ctrl_c_during_call_cancels_it_and_exits_130(cluster: Cluster, embedded:
     wait_until(lambda: not processes_with(marker), "the cancelled call's processes to be gone")
 
 
-def test_live_status_on_a_terminal_says_running_on_which_worker(cluster: Cluster) -> None:
+def _on_a_terminal(cluster: Cluster, *args: str) -> tuple[subprocess.Popen[str], str, str]:
+    """Run `call ARGS` with stderr on a pty; (process, stdout, what the terminal got)."""
     main, secondary = pty.openpty()
     proc = _spawn_call(
         cluster,
-        "box",
-        "count",
-        json.dumps({"n": 7, "sleep": 2}),
+        *args,
         embedded=False,
         stdout=subprocess.PIPE,
         stderr=secondary,
@@ -247,12 +246,24 @@ def test_live_status_on_a_terminal_says_running_on_which_worker(cluster: Cluster
         os.close(main)
         if proc.poll() is None:
             proc.kill()
-    text = seen.decode(errors="replace")
+    return proc, out, seen.decode(errors="replace")
+
+
+def test_live_status_on_a_terminal_says_running_on_which_worker(cluster: Cluster) -> None:
+    proc, out, text = _on_a_terminal(cluster, "box", "count", json.dumps({"n": 7, "sleep": 2}))
     assert proc.returncode == 0, text
     assert out == "counted 7\n"
     assert "running on verbs@" in text, text
     assert " s" in text and "call " in text
     assert text.endswith("\r\x1b[K"), repr(text[-80:])  # the line is erased before the result
+
+
+def test_no_status_line_with_json_even_on_a_terminal(cluster: Cluster) -> None:
+    args = ("box", "count", json.dumps({"n": 9, "sleep": 1}), "--json")
+    proc, out, text = _on_a_terminal(cluster, *args)
+    assert proc.returncode == 0, text
+    assert json.loads(out)["output"] == "counted 9\n"
+    assert text == "", repr(text)
 
 
 def test_no_status_line_when_stderr_is_not_a_terminal(cluster: Cluster) -> None:
