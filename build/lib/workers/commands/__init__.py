@@ -1,1 +1,0 @@
-"""One module per `vessel-workers` verb: each has `add_parser(subparsers)` and `run(args)`."""
