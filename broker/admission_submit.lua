@@ -12,7 +12,8 @@ if redis.call('EXISTS', P .. 'meta:' .. id) == 1 or redis.call('EXISTS', P .. 'd
 end
 redis.call('SET', P .. 'call:' .. id, message, 'EX', ttl)
 local meta = P .. 'meta:' .. id
-redis.call('HSET', meta, 'kind', kind, 'agent', agent, 'lease_ms', lease_ms)
+-- 'at' (submitted, ms): `vessel-workers status` shows the oldest queued call's age.
+redis.call('HSET', meta, 'kind', kind, 'agent', agent, 'lease_ms', lease_ms, 'at', now_ms())
 if envelope ~= '' then
   redis.call('HSET', meta, 'envelope', envelope, 'route', route, 'tag', tag)
 end

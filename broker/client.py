@@ -679,6 +679,11 @@ class VesselClient:
 
     def cancel(self, call_id: str) -> bool:
         """Cancel a queued or running call; False if it had finished or is unknown."""
+        return self.cancel_outcome(call_id) in ("queued", "signalled")
+
+    def cancel_outcome(self, call_id: str) -> str:
+        """`cancel`, saying what it found: 'queued' (it never starts), 'signalled'
+        (stopped where it runs), 'finished' or 'unknown'."""
         outcome, message = self.admission.cancel(call_id, self._ttl)
         if outcome == "queued":
             if message is not None:
@@ -692,7 +697,7 @@ class VesselClient:
                 hostname=_CLIENT_HOST,
                 ttl_seconds=self._ttl,
             )
-        return outcome in ("queued", "signalled")
+        return str(outcome)
 
     def cancel_turn(self, turn: str) -> int:
         """Cancel every unfinished call of the turn; returns how many were cancelled."""

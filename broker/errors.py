@@ -10,7 +10,8 @@
     ├── WorkspaceError               a workspace operation refused (no such file, too large, ...)
     └── TransientError               try again: broker, Redis or network trouble
         ├── CallTimeout              no result arrived within the client's wait
-        ├── BrokerUnavailable        the broker's Redis cannot be reached (an outage)
+        ├── BrokerUnavailable        the broker's Redis cannot be reached or refuses us (an outage,
+        │                            a password, a database, TLS)
         └── BrokerLostCall           the broker lost this call (it came back empty): submit again
 
 "Never works" errors (ConfigError, UnknownAgent, UnknownTool, RefusedCall,
@@ -105,7 +106,9 @@ class WorkspaceError(VesselError):
 
 
 class BrokerUnavailable(TransientError):
-    """The broker's Redis cannot be reached (down, restarting, failing over)."""
+    """The broker's (or result backend's) Redis cannot be reached (down, restarting,
+    failing over) or refuses the connection (password, database, TLS); the message
+    names the URL, never its password."""
 
 
 class BrokerLostCall(TransientError):

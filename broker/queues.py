@@ -22,7 +22,8 @@ Which call goes next, and to which lane, is decided by admission in Redis
 (`broker.admission`); these keys are its state (all under `vessel:`):
 
     vessel:call:<id>                  the call's message (JSON), until it has a result
-    vessel:meta:<id>                  hash: kind, agent, lease_ms, lane (once dispatched);
+    vessel:meta:<id>                  hash: kind, agent, lease_ms, at (submitted, ms),
+                                      lane (once dispatched);
                                       turn and seen (calls that follow their turn's home);
                                       queue (the home lane, while queued for one)
     vessel:<kind>:pending:<agent>     list of the agent's queued call ids, oldest first

@@ -15,6 +15,8 @@ command -v redis-sentinel >/dev/null || need_apt+=(redis-sentinel)  # the Sentin
 [ -e /usr/lib/x86_64-linux-gnu/libseccomp.so.2 ] || [ -e /lib/x86_64-linux-gnu/libseccomp.so.2 ] \
   || ldconfig -p 2>/dev/null | grep -q libseccomp.so.2 || need_apt+=(libseccomp2)
 python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
+# The Flower test renders its Tasks page in headless Chromium.
+command -v chromium >/dev/null || need_apt+=(chromium)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""

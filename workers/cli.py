@@ -1,4 +1,8 @@
-"""The `vessel-workers` command line (DESIGN.md, "The command line")."""
+"""The `vessel-workers` command line: one module per verb in `workers.commands`.
+
+Every verb's --help names its arguments, exit status, environment and an
+example (docs/operations.md has them all in one page).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,23 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from broker.constants import DEFAULT_DEPLOYMENT_FILE, ENV_DEPLOYMENT
-from workers.commands import call, check, files, tools, worker
+from workers.commands import (
+    agents,
+    call,
+    cancel,
+    check,
+    end_turn,
+    files,
+    helptext,
+    result,
+    status,
+    tools,
+    worker,
+)
 
 __all__ = ["build_parser", "default_deployment", "main"]
 
-_VERBS = (check, tools, call, files, worker)
+_VERBS = (check, tools, agents, call, result, cancel, end_turn, status, files, worker)
 
 
 def default_deployment() -> Path:
@@ -25,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vessel-workers",
         description="Run AI agents' tool calls: declared tools confined, service tools over HTTP.",
+        epilog="`vessel-workers VERB --help` describes each verb, its exit status and environment.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "-d",
@@ -37,7 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for verb in _VERBS:
         verb.add_parser(subparsers, common)
+    helptext.apply(subparsers)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version("vessel-workers")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

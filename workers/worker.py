@@ -73,6 +73,7 @@ from broker.queues import (
     shared_lane,
 )
 from broker.request import CallRequest
+from workers.banner import startup_lines, worker_class
 from workers.execute import Executor
 from workers.metrics import start_metrics_server
 from workers.outage import OutageExit, consumer_class, wait_for_broker
@@ -503,7 +504,13 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     )
     if options.metrics_port is not None:
         start_metrics_server(options.metrics_port)
-    worker = app.Worker(
+    lines = startup_lines(
+        kind=options.kind,
+        task_events=settings.task_events,
+        cgroup_mode=executor.sandbox.cgroup_mode if executor.sandbox is not None else None,
+        host_id=host_id,
+    )
+    worker = worker_class(app, lines)(
         hostname=hostname,
         pool=options.pool,
         concurrency=concurrency,

@@ -156,9 +156,9 @@ class Cluster:
             env["RECORDS_TOKEN"] = RECORDS_TOKEN
         return self._start(f"worker-{kind}", argv, self._environ(env))
 
-    def flower(self, port: int) -> Process:
+    def flower(self, port: int, *options: str) -> Process:
         argv = [str(BIN / "celery"), "-A", "broker.celery_app", "flower"]
-        argv += [f"--port={port}", "--address=127.0.0.1"]
+        argv += [f"--port={port}", "--address=127.0.0.1", *options]
         return self._start("flower", argv, self._environ({"FLOWER_UNAUTHENTICATED_API": "true"}))
 
     def logs(self) -> str:

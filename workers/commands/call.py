@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from contextlib import ExitStack
 from typing import Any
 
 from broker.errors import (
+    BrokerUnavailable,
     CallTimeout,
     ConfigError,
     ConfinementUnavailable,
@@ -36,6 +38,8 @@ from broker.errors import (
 )
 from broker.owner import DEFAULT_OWNER, check_owner
 from broker.request import INITIATOR_KINDS, Initiator
+from workers.commands import waiting
+from workers.commands.common import EXIT_INTERRUPTED
 
 __all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_REFUSED", "add_parser", "exit_code", "run"]
 
@@ -97,9 +101,21 @@ def exit_code(result: Any) -> int:
     return EXIT_ERROR if result.is_error else EXIT_OK
 
 
-def _fail(message: str) -> int:
+def _fail(message: str, code: int = EXIT_REFUSED) -> int:
     print(f"vessel-workers call: {message}", file=sys.stderr)
-    return EXIT_REFUSED
+    return code
+
+
+def _missing_here(exc: MissingSecret) -> str:
+    """The embedded default resolves the called agent's secrets in this process:
+    name the variables this call needs, not a worker that does not exist."""
+    details = [line for line in str(exc).splitlines() if not line.startswith("service workers")]
+    names = sorted(set(re.findall(r"environment variable (\S+) is not set", str(exc))))
+    need = ", ".join(names) or "a secret"
+    return (
+        f"this call needs {need}, which is not set here ({'; '.join(details)}); set it, "
+        "or set VESSEL_BROKER_URL to send the call to service workers that have it"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,10 +152,16 @@ def run(args: argparse.Namespace) -> int:
                 client = stack.enter_context(embedded)
             else:
                 from broker.client import VesselClient  # noqa: PLC0415
+                from broker.reach import check_reachable  # noqa: PLC0415
 
+                check_reachable(settings)
                 client = VesselClient(deployment, settings)
                 stack.callback(client.close)
-        except (ConfinementUnavailable, MissingSecret, ConfigError) as exc:
+        except MissingSecret as exc:
+            return _fail(_missing_here(exc) if settings.embedded else str(exc))
+        except BrokerUnavailable as exc:
+            return _fail(f"{exc} (nothing ran)")
+        except (ConfinementUnavailable, ConfigError) as exc:
             return _fail(str(exc))
         try:
             initiator = Initiator(kind=args.initiator, is_verified_person=args.verified)
@@ -150,15 +172,16 @@ def run(args: argparse.Namespace) -> int:
             # A submit cut off between script and reply says so itself.
             text = str(exc)
             return _fail(text if "may have been queued" in text else f"{text} (nothing ran)")
+        except KeyboardInterrupt:
+            return _fail("interrupted before the call was queued", EXIT_INTERRUPTED)
         try:
-            result = handle.result(timeout=args.timeout)
+            result = waiting.wait(handle, timeout=args.timeout, live=not args.json)
         except CallTimeout as exc:
             handle.cancel()
             print(f"vessel-workers call: {exc}; the call was cancelled", file=sys.stderr)
             return EXIT_ERROR
-        except KeyboardInterrupt:
-            handle.cancel()
-            raise
+        except waiting.Interrupted as exc:
+            return _fail(str(exc), EXIT_INTERRUPTED)
 
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.errors import (
+    BrokerUnavailable,
     ConfigError,
     InvalidDeployment,
     TransientError,
@@ -176,10 +177,12 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     from broker.client import VesselClient  # noqa: PLC0415
+    from broker.reach import check_reachable  # noqa: PLC0415
 
     try:
+        check_reachable(settings)  # one line, exit 2, for a broker not there or refusing us
         client = VesselClient(deployment, settings)
-    except ConfigError as exc:
+    except (ConfigError, BrokerUnavailable) as exc:
         return _fail(str(exc))
     try:
         _do(client.files(args.agent, args.turn, timeout=args.timeout), args)
