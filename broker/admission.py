@@ -105,7 +105,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from broker.errors import TransientError
+from broker.errors import DuplicateCall, TransientError
+from broker.fast_path import FAST_PATH_OFF_KEY
 from broker.queues import (
     CANCEL_CHANNEL,
     END_TURN_PREFIX,
@@ -135,6 +136,8 @@ _log = logging.getLogger(__name__)
 
 #: Calls one script may dispatch at once; keeps each script call short.
 MAX_DISPATCH = 500
+#: The end of the submit script's error reply for a call id it already knows.
+_DUPLICATE_REPLY = "is already known"
 
 ClaimOutcome = Literal["run", "done", "busy", "cancelled"]
 CancelOutcome = Literal["queued", "signalled", "finished", "unknown"]
@@ -285,6 +288,7 @@ class RedisAdmission:
                 "cancel",
                 "heartbeat",
                 "recover",
+                "probe",
             )
         }
 
@@ -304,6 +308,8 @@ class RedisAdmission:
         try:
             return self._scripts[name](keys=[], args=list(args))
         except self._redis_error as exc:
+            if name == "submit" and str(exc).endswith(_DUPLICATE_REPLY):
+                raise DuplicateCall(str(args[0])) from exc
             raise TransientError(f"admission in Redis failed: {exc}") from exc
 
     def submit(
@@ -405,6 +411,22 @@ class RedisAdmission:
 
     def listen_cancels(self, on_cancel: Callable[[str], None]) -> Subscription:
         return _PubSubListener(self._redis, on_cancel)
+
+    def push_probe(self, probe_id: str, queue: str, envelope: Envelope) -> None:
+        """Push `envelope` into `queue` as dispatch pushes a call's (the worker self-test)."""
+        self._run("probe", probe_id, queue, envelope.payload, envelope.route, envelope.tag)
+
+    def fast_path_off(self) -> str | None:
+        """Why a worker turned the fast path off (`broker.fast_path`), or None."""
+        try:
+            reason = self._redis.get(FAST_PATH_OFF_KEY)
+        except self._redis_error as exc:
+            raise TransientError(f"admission in Redis failed: {exc}") from exc
+        return None if reason is None else str(reason)
+
+    def turn_fast_path_off(self, reason: str, ttl_ms: int) -> None:
+        """Until `ttl_ms` from now: no envelopes are pushed, clients build none."""
+        self._redis.set(FAST_PATH_OFF_KEY, reason, px=ttl_ms)
 
     def close(self) -> None:
         self._redis.close()

@@ -44,10 +44,11 @@ def _configuration(settings: Settings, longest_tool_seconds: float) -> dict[str,
     embedded = settings.embedded
     visibility = settings.visibility_timeout(longest_tool_seconds)
     always_events = settings.task_events == "always"
-    transport = transport_for(settings.broker_url) if settings.broker_url else None
+    transport = transport_for(settings) if settings.broker_url else None
     return {
         "broker_url": settings.broker_url or EMBEDDED_BROKER,
-        # kombu's Redis transport with one client per channel (broker/transport.py).
+        # kombu's Redis transport with one client per channel (broker/transport.py),
+        # when broker/fast_path.py allows it.
         **({"broker_transport": transport} if transport else {}),
         "result_backend": settings.backend_url or EMBEDDED_BACKEND,
         # JSON only: a pickle accepted from the broker would run code in the

@@ -11,6 +11,10 @@
     VESSEL_TASK_EVENTS             `on-request` (default): workers send Celery task events
                                    while a monitor asks for them (Flower does, every 5 s);
                                    `always`: from the start, and clients send task-sent events
+    VESSEL_FAST_PATH               `on` (default): admission pushes each call's prepared Celery
+                                   message into its lane itself, when this kombu/Celery allow it
+                                   (broker/fast_path.py); `off`: every call is published with
+                                   Celery's `send_task`, and kombu's own Redis transport is used
 
 The two URLs may carry a password; `repr` and `str` never show it.
 """
@@ -31,6 +35,7 @@ __all__ = [
     "DEFAULT_LEASE_GRACE_SECONDS",
     "DEFAULT_RESULT_EXPIRES_SECONDS",
     "DEFAULT_SWEEP_SECONDS",
+    "ENV_FAST_PATH",
     "ENV_HEARTBEAT_SECONDS",
     "ENV_LEASE_GRACE_SECONDS",
     "ENV_RESULT_EXPIRES",
@@ -49,6 +54,7 @@ ENV_HEARTBEAT_SECONDS = "VESSEL_HEARTBEAT_SECONDS"
 ENV_SWEEP_SECONDS = "VESSEL_SWEEP_SECONDS"
 ENV_RESULT_EXPIRES = "VESSEL_RESULT_EXPIRES"
 ENV_TASK_EVENTS = "VESSEL_TASK_EVENTS"
+ENV_FAST_PATH = "VESSEL_FAST_PATH"
 
 TaskEvents = Literal["on-request", "always"]
 #: `on-request` is Celery's own default (a worker sends events once a monitor
@@ -93,6 +99,17 @@ def _number(environ: Mapping[str, str], name: str, default: float | None) -> flo
     return value
 
 
+def _switch(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    text = environ.get(name, "").strip().lower()
+    if not text:
+        return default
+    if text in ("on", "1", "true", "yes"):
+        return True
+    if text in ("off", "0", "false", "no"):
+        return False
+    raise ConfigError(f"{name} must be `on` or `off`, not {text!r}.")
+
+
 def _task_events(environ: Mapping[str, str]) -> TaskEvents:
     text = environ.get(ENV_TASK_EVENTS, "").strip() or "on-request"
     for mode in TASK_EVENT_MODES:
@@ -117,6 +134,8 @@ class Settings:
     sweep_seconds: float = DEFAULT_SWEEP_SECONDS
     result_expires_seconds: float = DEFAULT_RESULT_EXPIRES_SECONDS
     task_events: TaskEvents = "on-request"
+    #: False: never the fast path (broker/fast_path.py), whatever kombu allows.
+    fast_path: bool = True
 
     def __post_init__(self) -> None:
         if self.task_events not in TASK_EVENT_MODES:
@@ -157,6 +176,7 @@ class Settings:
             result_expires_seconds=_number(env, ENV_RESULT_EXPIRES, DEFAULT_RESULT_EXPIRES_SECONDS)
             or DEFAULT_RESULT_EXPIRES_SECONDS,
             task_events=_task_events(env),
+            fast_path=_switch(env, ENV_FAST_PATH, True),
         )
 
     @property
@@ -189,7 +209,7 @@ class Settings:
             f"visibility_timeout_seconds={self.visibility_timeout_seconds}, "
             f"heartbeat_seconds={self.heartbeat_seconds}, sweep_seconds={self.sweep_seconds}, "
             f"result_expires_seconds={self.result_expires_seconds}, "
-            f"task_events={self.task_events!r})"
+            f"task_events={self.task_events!r}, fast_path={self.fast_path})"
         )
 
     __str__ = __repr__

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from broker.errors import RefusedCall, UnknownAgent, UnknownTool
-from broker.model import DeclaredTool, Deployment, ServiceTool
+from broker.model import DeclaredTool, Deployment
 from broker.request import CallRequest
 from workers.arguments import parse_arguments
 from workers.result import ToolResult
@@ -77,7 +77,6 @@ class Executor:
                 turn=request.turn,
                 cancel=cancel,
             )
-        assert isinstance(tool, ServiceTool)
         if self.service is None:
             return refused_result(
                 request, f"{tool.name}: this worker calls no services", started=started

@@ -28,7 +28,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 from celery.utils.nodenames import default_nodename, host_format
 
+from broker import fast_path
 from broker.admission import Admission, RedisAdmission, Subscription
 from broker.celery_app import make_app
 from broker.client import VesselClient, longest_tool_seconds, publish
 from broker.config import Settings, hide_password
 from broker.embedded import LocalAdmission, embedded_worker
-from broker.errors import ConfigError
+from broker.errors import ConfigError, MissingBrokerURL
 from broker.model import Deployment
 from broker.queues import END_TURN_PREFIX, Kind, dedicated_lane, shared_lane
 from broker.request import CallRequest
@@ -148,10 +149,14 @@ class _Housekeeper:
         runtime: CallRuntime,
         lanes: dict[str, int],
         workspaces: WorkspaceStore | None,
+        *,
+        report: Callable[[int], None] | None = None,
     ) -> None:
         self._runtime = runtime
         self._lanes = lanes
         self._workspaces = workspaces
+        #: Called with the heartbeat TTL at each beat (the failed self-test's report).
+        self._report = report
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="vessel-housekeeper", daemon=True)
 
@@ -160,6 +165,8 @@ class _Housekeeper:
 
     def beat(self, lanes: dict[str, int] | None = None) -> None:
         rt = self._runtime
+        if self._report is not None and lanes is None:
+            self._report(self._ttl_ms())
         dispatched = rt.admission.heartbeat(
             rt.kind, rt.hostname, lanes or self._lanes, self._ttl_ms()
         )
@@ -277,7 +284,7 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     import redis  # noqa: PLC0415 (the embedded default never needs redis-py)
 
     if settings.broker_url is None:
-        raise ConfigError(
+        raise MissingBrokerURL(
             "VESSEL_BROKER_URL is not set: a worker needs the broker's Redis "
             "(redis://host:6379/0). `vessel-workers call` runs without one."
         )
@@ -303,7 +310,9 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     )
     app = runtime.app
     lanes = {lane: concurrency for lane in lanes_for(options.kind, options.agents)}
-    housekeeper = _Housekeeper(runtime, lanes, workspaces)
+    housekeeper = _Housekeeper(
+        runtime, lanes, workspaces, report=_fast_path_report(runtime, settings, admission)
+    )
     subscription: Subscription = admission.listen_cancels(
         functools.partial(_on_message, runtime, workspaces)
     )
@@ -329,6 +338,24 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
         _close(executor)
         admission.close()
     return int(worker.exitcode or 0)
+
+
+def _fast_path_report(
+    runtime: CallRuntime, settings: Settings, admission: RedisAdmission
+) -> Callable[[int], None] | None:
+    """The start-up self-test: does this worker consume an envelope it pushed itself?
+
+    If not, the one log line says why, and while this worker runs it keeps
+    the fast path off on the broker (`broker.fast_path.FAST_PATH_OFF_KEY`,
+    refreshed at each heartbeat): clients build no envelopes, admission pushes
+    none, every call is published with `send_task`.
+    """
+    reason = fast_path.self_test(runtime.app, settings, admission, runtime.kind)
+    if reason is None:
+        _log.info("fast path: this worker consumes the envelopes admission pushes")
+        return None
+    fast_path.log_fallback(reason)
+    return functools.partial(admission.turn_fast_path_off, reason)
 
 
 def _close(executor: Executor) -> None:

@@ -27,7 +27,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import kombu
 import pytest
+
+from broker import fast_path
 
 from .conftest import Cluster, processes_with
 
@@ -57,10 +60,18 @@ def _wait(condition: Callable[[], bool], seconds: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def _unacked_settled(cluster: Cluster) -> bool:
+#: kombu 5.7 added the unacked_restore_interval/throttle options broker/celery_app.py
+#: sets; older kombu looks for expired unacked copies every 10 x 10 s, longer than this
+#: test waits. Admission's lease sweep brings the calls back either way; the copies
+#: (only those of the killed worker) are restored later and turned away by the claim.
+RESTORES_SOON = fast_path.release(kombu.__version__) >= (5, 7)
+
+
+def _unacked_settled(cluster: Cluster, lane: str = "vessel.service") -> bool:
     # kombu keeps delivered-but-unacked messages in the `unacked` hash until
     # they are acked or restored to their queue.
-    return cluster.redis.hlen("unacked") == 0 and cluster.redis.llen("vessel.service") == 0
+    left = cluster.redis.hlen("unacked")
+    return cluster.redis.llen(lane) == 0 and (left == 0 if RESTORES_SOON else left <= PER_WORKER)
 
 
 def test_service_calls_of_a_killed_worker_finish_elsewhere_once(cluster: Cluster) -> None:
@@ -122,7 +133,7 @@ def test_declared_calls_of_a_killed_worker_finish_elsewhere_once(cluster: Cluste
     assert [r.outcome for r in results] == ["ok"] * CALLS, [r.output for r in results]
     time.sleep(4)
     _wait(
-        lambda: cluster.redis.hlen("unacked") == 0 and cluster.redis.llen("vessel.sandbox") == 0,
+        lambda: _unacked_settled(cluster, "vessel.sandbox"),
         30,
         "unacked messages were never restored",
     )
