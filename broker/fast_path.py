@@ -262,8 +262,9 @@ def self_test(app: Celery, settings: Settings, admission: RedisAdmission, kind: 
     received: list[Any] = []
     problem: str | None = None
     with app.connection_for_read() as connection:
-        channel = connection.default_channel
+        channel: Any = None
         try:
+            channel = connection.default_channel
             with connection.Consumer(queue, accept=["json"], callbacks=[_keep(received)]):
                 admission.push_probe(probe_id, name, envelope)
                 connection.drain_events(timeout=_PROBE_WAIT_SECONDS)
@@ -275,7 +276,8 @@ def self_test(app: Celery, settings: Settings, admission: RedisAdmission, kind: 
             problem = f"the probe was not consumed ({type(exc).__name__}: {exc})"
         finally:
             try:
-                queue(channel).delete()  # type: ignore[no-untyped-call]
+                if channel is not None:
+                    queue(channel).delete()  # type: ignore[no-untyped-call]
             except Exception as exc:  # the queue is private: a leftover is harmless
                 _log.warning("could not delete the probe queue %s: %s", name, exc)
     return None if problem is None else f"the worker self-test failed: {problem}"

@@ -310,9 +310,6 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     )
     app = runtime.app
     lanes = {lane: concurrency for lane in lanes_for(options.kind, options.agents)}
-    housekeeper = _Housekeeper(
-        runtime, lanes, workspaces, report=_fast_path_report(runtime, settings, admission)
-    )
     subscription: Subscription = admission.listen_cancels(
         functools.partial(_on_message, runtime, workspaces)
     )
@@ -328,6 +325,10 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
         # on each event; admission already coordinates through Redis.
         without_mingle=True,
         without_gossip=True,
+    )
+    # After app.Worker set up logging; before it consumes anything.
+    housekeeper = _Housekeeper(
+        runtime, lanes, workspaces, report=_fast_path_report(runtime, settings, admission)
     )
     housekeeper.start()
     try:
