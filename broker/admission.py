@@ -25,8 +25,10 @@ only when it has room:
   leaves the ring for a "blocked" set and comes back when one of its calls
   finishes; an agent with nothing pending leaves the ring. Each agent popped
   either yields a call or leaves, so dispatch costs O(1) per call whatever the
-  number of agents. The caller (client or worker) publishes what dispatch returns
-  as Celery tasks: task id = call id, the lane as queue, the message as args.
+  number of agents. A call submitted with a prepared message (`broker.envelope`,
+  the fast path) is pushed into the lane by the script itself; the caller (client
+  or worker) publishes what dispatch returns as Celery tasks: task id = call id,
+  the lane as queue, the message as args.
 * A lane's **window** is the sum of the concurrency of the live workers consuming
   it, kept by their heartbeats (`vessel:window:<lane>`, expires with the last
   heartbeat), plus a slack of 2 so a freed worker finds its next call waiting.
@@ -53,8 +55,10 @@ without a result goes back to the head of its agent's queue and is dispatched
 again, so a SIGKILLed worker's slots and calls come back within lease + 2 s.
 (kombu's visibility-timeout redelivery would only repeat that, later: the
 messages admission pushes keep no copy in its `unacked` hash, see
-`broker.transport`.) A message can still arrive twice (a requeue, a warm
-shutdown's restore racing the sweep); every delivery ends in one run of the tool:
+`broker.transport`; calls published with `send_task`, when `broker.fast_path`
+has the fast path off, keep kombu's copy and its redelivery too.) A message
+can still arrive twice (a requeue, a warm shutdown's restore racing the sweep);
+every delivery ends in one run of the tool:
 
 * `claim` (`SET vessel:claim:<id> NX PX lease`): a worker runs a call only if no
   result exists and no live worker holds it; otherwise it acks and returns.
