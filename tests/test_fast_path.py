@@ -64,6 +64,12 @@ def _client(redis_url: str, **conf: Any) -> VesselClient:
     return VesselClient(deployment, settings, app=app, admission=RedisAdmission.from_url(redis_url))
 
 
+def _close(client: VesselClient) -> None:
+    """Close a `_client` client and the app it was given (a client closes only its own)."""
+    client.close()
+    client.app.close()
+
+
 def _fallbacks(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith("fast path off")]
 
@@ -134,7 +140,9 @@ def test_a_bad_setting_is_refused_with_its_name() -> None:
 def test_a_global_keyprefix_turns_the_fast_path_off_and_calls_reach_the_prefixed_lane(
     redis_url: str, plain: redis.Redis[str]
 ) -> None:
-    options = {**make_app(Settings(broker_url=redis_url)).conf.broker_transport_options}
+    template = make_app(Settings(broker_url=redis_url))
+    options = {**template.conf.broker_transport_options}
+    template.close()
     options["global_keyprefix"] = "tenant1:"
     client = _client(redis_url, broker_transport_options=options)
     try:
@@ -146,7 +154,7 @@ def test_a_global_keyprefix_turns_the_fast_path_off_and_calls_reach_the_prefixed
         assert _lane(plain) == []
         assert [m["headers"]["id"] for m in _lane(plain, f"tenant1:{LANE}")] == [handle.call_id]
     finally:
-        client.close()
+        _close(client)
 
 
 @needs_known
@@ -166,7 +174,7 @@ def test_priorities_and_a_foreign_transport_turn_the_fast_path_off(
         assert not client.fast_path.enabled
         assert says in client.fast_path.reason
     finally:
-        client.close()
+        _close(client)
 
 
 @needs_known
@@ -183,7 +191,7 @@ def test_a_workers_report_turns_the_fast_path_off_for_new_clients_and_for_admiss
                 after.fast_path.reason == "a worker reported: the worker self-test failed: because"
             )
         finally:
-            after.close()
+            _close(after)
         # `before` still builds envelopes, but admission no longer pushes them:
         # the call comes back to be published with send_task.
         before.admission.heartbeat("sandbox", "w1", {LANE: 1}, 10_000)
@@ -206,7 +214,7 @@ def test_a_workers_report_turns_the_fast_path_off_for_new_clients_and_for_admiss
         (waiting,) = _lane(plain)
         assert waiting["headers"]["id"] == "d" * 32
     finally:
-        before.close()
+        _close(before)
 
 
 @needs_known
