@@ -25,8 +25,10 @@ only when it has room:
   leaves the ring for a "blocked" set and comes back when one of its calls
   finishes; an agent with nothing pending leaves the ring. Each agent popped
   either yields a call or leaves, so dispatch costs O(1) per call whatever the
-  number of agents. The caller (client or worker) publishes what dispatch returns
-  as Celery tasks: task id = call id, the lane as queue, the message as args.
+  number of agents. A call submitted with a prepared message (`broker.envelope`,
+  the fast path) is pushed into the lane by the script itself; the caller (client
+  or worker) publishes what dispatch returns as Celery tasks: task id = call id,
+  the lane as queue, the message as args.
 * A lane's **window** is the sum of the concurrency of the live workers consuming
   it, kept by their heartbeats (`vessel:window:<lane>`, expires with the last
   heartbeat), plus a slack of 2 so a freed worker finds its next call waiting.
@@ -91,8 +93,10 @@ without a result goes back to the head of its agent's queue and is dispatched
 again, so a SIGKILLed worker's slots and calls come back within lease + 2 s.
 (kombu's visibility-timeout redelivery would only repeat that, later: the
 messages admission pushes keep no copy in its `unacked` hash, see
-`broker.transport`.) A message can still arrive twice (a requeue, a warm
-shutdown's restore racing the sweep); every delivery ends in one run of the tool:
+`broker.transport`; calls published with `send_task`, when `broker.fast_path`
+has the fast path off, keep kombu's copy and its redelivery too.) A message
+can still arrive twice (a requeue, a warm shutdown's restore racing the sweep);
+every delivery ends in one run of the tool:
 
 * `claim` (`SET vessel:claim:<id> NX PX lease`): a worker runs a call only if no
   result exists and no live worker holds it; otherwise it acks and returns.
@@ -143,7 +147,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from broker.errors import BrokerUnavailable, TransientError
+from broker.errors import BrokerUnavailable, DuplicateCall, TransientError
+from broker.fast_path import FAST_PATH_OFF_KEY
 from broker.queues import (
     CANCEL_CHANNEL,
     END_TURN_PREFIX,
@@ -182,6 +187,8 @@ _T = TypeVar("_T")
 
 #: Calls one script may dispatch at once; keeps each script call short.
 MAX_DISPATCH = 500
+#: The end of the submit script's error reply for a call id it already knows.
+_DUPLICATE_REPLY = "is already known"
 
 ClaimOutcome = Literal["run", "done", "busy", "cancelled", "moved"]
 CancelOutcome = Literal["queued", "signalled", "finished", "unknown"]
@@ -397,6 +404,7 @@ class RedisAdmission:
                 "recover",
                 "route",
                 "home",
+                "probe",
             )
         }
 
@@ -419,7 +427,13 @@ class RedisAdmission:
 
     def _run(self, name: str, *args: object) -> Any:
         script = self._scripts[name]
-        return self.retrying(lambda: script(keys=[], args=list(args)))
+        try:
+            return self.retrying(lambda: script(keys=[], args=list(args)))
+        except TransientError as exc:
+            cause = exc.__cause__
+            if name == "submit" and str(cause).endswith(_DUPLICATE_REPLY):
+                raise DuplicateCall(str(args[0])) from cause
+            raise
 
     def retrying(self, operation: Callable[[], _T], *, patience: float | None = None) -> _T:
         """`operation` (Redis commands), riding out an outage for `patience` seconds
@@ -613,6 +627,22 @@ class RedisAdmission:
 
     def listen_cancels(self, on_cancel: Callable[[str], None]) -> Subscription:
         return _PubSubListener(self._redis, on_cancel)
+
+    def push_probe(self, probe_id: str, queue: str, envelope: Envelope) -> None:
+        """Push `envelope` into `queue` as dispatch pushes a call's (the worker self-test)."""
+        self._run("probe", probe_id, queue, envelope.payload, envelope.route, envelope.tag)
+
+    def fast_path_off(self) -> str | None:
+        """Why a worker turned the fast path off (`broker.fast_path`), or None."""
+        try:
+            reason = self._redis.get(FAST_PATH_OFF_KEY)
+        except self._redis_error as exc:
+            raise TransientError(f"admission in Redis failed: {exc}") from exc
+        return None if reason is None else str(reason)
+
+    def turn_fast_path_off(self, reason: str, ttl_ms: int) -> None:
+        """Until `ttl_ms` from now: no envelopes are pushed, clients build none."""
+        self._redis.set(FAST_PATH_OFF_KEY, reason, px=ttl_ms)
 
     def close(self) -> None:
         self._redis.close()

@@ -160,6 +160,13 @@ local function push_envelope(id, lane, meta, fields)
   redis.call('LPUSH', lane, text)
 end
 
+-- False while a worker reports that it does not consume an envelope it pushed
+-- itself (broker/fast_path.py FAST_PATH_OFF_KEY): then every call, prepared
+-- or not, goes back to the caller, who publishes it with send_task.
+local function fast_path_on()
+  return redis.call('EXISTS', P .. 'fast-path:off') == 0
+end
+
 -- Take calls for `lane` while it has room, one per agent per turn of the ring.
 -- A call with a prepared message is pushed into the lane here; the others are
 -- appended as {call_id, lane, message} to `out`, for the caller to publish.
@@ -200,7 +207,7 @@ local function dispatch(kind, lane, out, max_calls)
           if home then
             redis.call('HDEL', meta, 'queue')
           end
-          if fields[2] and fields[3] and fields[4] then
+          if fields[2] and fields[3] and fields[4] and fast_path_on() then
             push_envelope(id, lane, meta, fields)
           else
             out[#out + 1] = {id, lane, message}

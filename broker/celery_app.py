@@ -44,7 +44,7 @@ def _configuration(settings: Settings, longest_tool_seconds: float) -> dict[str,
     embedded = settings.embedded
     visibility = settings.visibility_timeout(longest_tool_seconds)
     always_events = settings.task_events == "always"
-    transport = transport_for(settings.broker_url) if settings.broker_url else None
+    transport = transport_for(settings) if settings.broker_url else None
     if settings.broker_url and is_sentinel(settings.broker_url):
         transport = SENTINEL_TRANSPORT  # kombu's, restoring safely (broker/transport.py)
     # Sentinel (sentinel://h1:26379;sentinel://h2:26379): kombu's sentinel
@@ -53,7 +53,8 @@ def _configuration(settings: Settings, longest_tool_seconds: float) -> dict[str,
     backend_sentinel = bool(settings.backend_url and is_sentinel(settings.backend_url))
     return {
         "broker_url": settings.broker_url or EMBEDDED_BROKER,
-        # kombu's Redis transport with one client per channel (broker/transport.py).
+        # kombu's Redis transport with one client per channel (broker/transport.py),
+        # when broker/fast_path.py allows it.
         **({"broker_transport": transport} if transport else {}),
         "result_backend": settings.backend_url or EMBEDDED_BACKEND,
         # JSON only: a pickle accepted from the broker would run code in the

@@ -54,19 +54,23 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery, states
 
+from broker import fast_path
 from broker.admission import Admission, Dispatched, RedisAdmission
 from broker.arguments import submit_problem
 from broker.celery_app import make_app
 from broker.config import Settings, hide_password
-from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS, WORKSPACE_IDLE_TTL_SECONDS
+from broker.constants import (
+    DEFAULT_TOOL_TIMEOUT_SECONDS,
+    ENV_BROKER_URL,
+    WORKSPACE_IDLE_TTL_SECONDS,
+)
 from broker.envelope import EnvelopeFactory, send_call
-from broker.errors import BrokerLostCall, BrokerUnavailable, CallTimeout
+from broker.errors import BrokerLostCall, BrokerUnavailable, CallTimeout, MissingBrokerURL
 from broker.model import Deployment
 from broker.owner import check_owner
 from broker.queues import WORKSPACE_KINDS
 from broker.request import CallRequest, Initiator, new_call_id
 from broker.retrying import MAX_PAUSE_SECONDS, unreachable
-from broker.transport import transport_for
 from workers.result import ToolResult
 
 if TYPE_CHECKING:
@@ -345,24 +349,27 @@ class VesselClient:
         self.settings = settings or Settings.from_environ()
         if admission is None:
             if self.settings.broker_url is None:
-                raise ValueError(
-                    "VESSEL_BROKER_URL is not set: a client needs a broker "
-                    "(or pass the embedded default's app and admission)"
+                raise MissingBrokerURL(
+                    f"{ENV_BROKER_URL} is not set: a client needs the broker's Redis "
+                    "(redis://host:6379/0), or the embedded default's app and admission "
+                    "(workers.worker.embedded_client)."
                 )
             admission = RedisAdmission.from_url(
                 self.settings.broker_url, sentinel_master=self.settings.sentinel_master
             )
-            # Admission is in the broker's Redis: it can push each call's
-            # prepared message into its lane itself (broker/envelope.py).
-            envelopes = transport_for(self.settings.broker_url) is not None
-        else:
-            envelopes = False
         self.admission = admission
         self._own_app = app is None
         if app is None:
             app = make_app(self.settings, longest_tool_seconds=longest_tool_seconds(deployment))
         self.app = app
-        self._envelopes = EnvelopeFactory(app) if envelopes else None
+        # Admission in the broker's Redis can push each call's prepared message
+        # into its lane itself (broker/envelope.py) if broker/fast_path.py agrees.
+        self.fast_path = (
+            fast_path.decide(app, self.settings, admission)
+            if isinstance(admission, RedisAdmission)
+            else fast_path.Decision(enabled=False, reason="the embedded default")
+        )
+        self._envelopes = EnvelopeFactory(app) if self.fast_path.enabled else None
         self._pubsub_lock = threading.Lock()
         self._idle_pubsubs: list[Any] = []
         self._closed = False

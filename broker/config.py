@@ -15,6 +15,10 @@
     VESSEL_TASK_EVENTS             `on-request` (default): workers send Celery task events
                                    while a monitor asks for them (Flower does, every 5 s);
                                    `always`: from the start, and clients send task-sent events
+    VESSEL_FAST_PATH               `on` (default): admission pushes each call's prepared Celery
+                                   message into its lane itself, when this kombu/Celery allow it
+                                   (broker/fast_path.py); `off`: every call is published with
+                                   Celery's `send_task`, and kombu's own Redis transport is used
 
 The two URLs may carry a password; `repr` and `str` never show it.
 """
@@ -37,6 +41,7 @@ __all__ = [
     "DEFAULT_RESULT_EXPIRES_SECONDS",
     "DEFAULT_SWEEP_SECONDS",
     "ENV_BROKER_OUTAGE_SECONDS",
+    "ENV_FAST_PATH",
     "ENV_HEARTBEAT_SECONDS",
     "ENV_LEASE_GRACE_SECONDS",
     "ENV_RESULT_EXPIRES",
@@ -59,6 +64,7 @@ ENV_RESULT_EXPIRES = "VESSEL_RESULT_EXPIRES"
 ENV_TASK_EVENTS = "VESSEL_TASK_EVENTS"
 ENV_BROKER_OUTAGE_SECONDS = "VESSEL_BROKER_OUTAGE_SECONDS"
 ENV_SENTINEL_MASTER = "VESSEL_SENTINEL_MASTER"
+ENV_FAST_PATH = "VESSEL_FAST_PATH"
 
 TaskEvents = Literal["on-request", "always"]
 #: `on-request` is Celery's own default (a worker sends events once a monitor
@@ -114,6 +120,17 @@ def _number(environ: Mapping[str, str], name: str, default: float | None) -> flo
     return value
 
 
+def _switch(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    text = environ.get(name, "").strip().lower()
+    if not text:
+        return default
+    if text in ("on", "1", "true", "yes"):
+        return True
+    if text in ("off", "0", "false", "no"):
+        return False
+    raise ConfigError(f"{name} must be `on` or `off`, not {text!r}.")
+
+
 def _task_events(environ: Mapping[str, str]) -> TaskEvents:
     text = environ.get(ENV_TASK_EVENTS, "").strip() or "on-request"
     for mode in TASK_EVENT_MODES:
@@ -141,6 +158,8 @@ class Settings:
     broker_outage_seconds: float = DEFAULT_BROKER_OUTAGE_SECONDS
     #: The master's name for sentinel:// URLs (VESSEL_SENTINEL_MASTER).
     sentinel_master: str | None = None
+    #: False: never the fast path (broker/fast_path.py), whatever kombu allows.
+    fast_path: bool = True
 
     def __post_init__(self) -> None:
         if self.task_events not in TASK_EVENT_MODES:
@@ -191,6 +210,7 @@ class Settings:
             )
             or DEFAULT_BROKER_OUTAGE_SECONDS,
             sentinel_master=env.get(ENV_SENTINEL_MASTER, "").strip() or None,
+            fast_path=_switch(env, ENV_FAST_PATH, True),
         )
 
     @property
@@ -225,7 +245,7 @@ class Settings:
             f"result_expires_seconds={self.result_expires_seconds}, "
             f"task_events={self.task_events!r}, "
             f"broker_outage_seconds={self.broker_outage_seconds}, "
-            f"sentinel_master={self.sentinel_master!r})"
+            f"sentinel_master={self.sentinel_master!r}, fast_path={self.fast_path})"
         )
 
     __str__ = __repr__

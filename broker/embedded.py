@@ -22,6 +22,7 @@ from celery.contrib.testing.worker import TestWorkController
 from celery.worker import state
 
 from broker.admission import CancelOutcome, Claim, ClaimOutcome, Dispatched, Subscription
+from broker.errors import DuplicateCall
 from broker.queues import END_TURN_PREFIX, Kind, dedicated_lane, shared_lane
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ class LocalAdmission:
         out: list[Dispatched] = []
         with self._lock:
             if call_id in self._calls or call_id in self._done:
-                raise ValueError(f"call id {call_id} is already known")
+                raise DuplicateCall(call_id)
             key = (kind, agent)
             self._calls[call_id] = _Call(kind=kind, agent=agent, message=message)
             self._limits[key] = limit

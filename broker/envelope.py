@@ -15,8 +15,12 @@ delivery the script puts in a fresh delivery tag (kombu keys its unacked
 bookkeeping on it) and the lane actually chosen as routing key (a dedicated
 lane may take the agent later); `Envelope` names the exact texts it replaces.
 
-When the payload is not what this expects (another kombu, a key prefix, a
-priority), `build_envelope` returns None and the call is published the old way.
+Whether this runs at all is decided once per client by `broker.fast_path`
+(known kombu and Celery releases, kombu's batch-publish hooks, no key prefix,
+no priorities, our transport class, a probe, the workers' self-tests, the
+`VESSEL_FAST_PATH` setting). When, after that, one call's payload is still
+not what this expects, `build_envelope` returns None and that call is
+published the plain way (`send_task`).
 
 Recording a publish runs all of Celery's and kombu's message building, about
 0.5 ms of CPU, for every submitted call, queued or not. `EnvelopeFactory` does
@@ -40,7 +44,14 @@ from celery import Celery
 from broker.queues import ADMISSION_TAG_PREFIX, TASK_NAMES, Kind, shared_lane
 from broker.transport import recording_publishes
 
-__all__ = ["Envelope", "EnvelopeFactory", "args_repr", "build_envelope", "send_call"]
+__all__ = [
+    "Envelope",
+    "EnvelopeFactory",
+    "args_repr",
+    "build_envelope",
+    "probe_message",
+    "send_call",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +100,12 @@ def build_envelope(
 ) -> Envelope | None:
     """The payload kombu would push for this call into the kind's shared lane, or None."""
     lane = shared_lane(kind)
-    with (
-        recording_publishes() as recorder,
-        app.producer_or_acquire() as producer,
-        producer.batch(),
-    ):
-        send_call(app, kind, call_id, message, lane=lane, producer=producer)
+    with recording_publishes() as recorder, app.producer_or_acquire() as producer:
+        batch = getattr(producer, "batch", None)
+        if batch is None:  # kombu before 5.7 (broker.fast_path refuses it first)
+            return None
+        with batch():
+            send_call(app, kind, call_id, message, lane=lane, producer=producer)
     if len(recorder.commands) != 1:
         return None
     name, args = recorder.commands[0]
@@ -122,6 +133,11 @@ _PROBE_MESSAGE: dict[str, Any] = {
     "owner": "web/probe",
     "turn": None,
 }
+
+
+def probe_message() -> tuple[str, dict[str, Any]]:
+    """A call id and message that exercise the encoder (for probes and self-tests)."""
+    return _PROBE_ID, copy.deepcopy(_PROBE_MESSAGE)
 
 
 @dataclass(frozen=True, slots=True)

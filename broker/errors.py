@@ -2,8 +2,10 @@
 
     VesselError                      root: everything below can be caught as one
     ├── ConfigError                  never works until an operator edits a file
-    │   └── InvalidDeployment        a deployment or package has problems (all listed)
+    │   ├── InvalidDeployment        a deployment or package has problems (all listed)
+    │   └── MissingBrokerURL         a client or worker needs VESSEL_BROKER_URL and it is unset
     ├── UnknownAgent / UnknownTool   a call names what the deployment does not have
+    ├── DuplicateCall                a call id admission already knows (queued, running or done)
     ├── RefusedCall                  a call refused before anything ran (bad arguments)
     ├── ConfinementUnavailable       no confinement here: sandbox workers refuse to start
     ├── MissingSecret                a grant's env:NAME is not set where service workers start
@@ -14,8 +16,9 @@
         │                            a password, a database, TLS)
         └── BrokerLostCall           the broker lost this call (it came back empty): submit again
 
-"Never works" errors (ConfigError, UnknownAgent, UnknownTool, RefusedCall,
-ConfinementUnavailable, MissingSecret) must not be retried; TransientError may be.
+"Never works" errors (ConfigError, UnknownAgent, UnknownTool, DuplicateCall,
+RefusedCall, ConfinementUnavailable, MissingSecret) must not be retried;
+TransientError may be.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ __all__ = [
     "CallTimeout",
     "ConfigError",
     "ConfinementUnavailable",
+    "DuplicateCall",
     "InvalidDeployment",
+    "MissingBrokerURL",
     "MissingSecret",
     "Problem",
     "RefusedCall",
@@ -67,6 +72,21 @@ class InvalidDeployment(ConfigError):
     def __init__(self, problems: Sequence[Problem]) -> None:
         self.problems = tuple(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class MissingBrokerURL(ConfigError):
+    """VESSEL_BROKER_URL is not set where a client or worker needs the broker's Redis."""
+
+
+class DuplicateCall(VesselError):
+    """A call was submitted with an id admission already knows; the same id never works."""
+
+    def __init__(self, call_id: str) -> None:
+        self.call_id = call_id
+        super().__init__(
+            f"call id {call_id!r} is already known (queued, running or finished): "
+            "every call needs an id of its own"
+        )
 
 
 class UnknownAgent(VesselError):

@@ -29,8 +29,9 @@ its lane. Messages with kombu's own tags (uuids: calls published by Celery,
 anything else on the broker) keep kombu's bookkeeping unchanged.
 
 `broker.celery_app.make_app` selects this transport (`broker_transport`) for
-`redis://` broker URLs. Not for `rediss://`: kombu derives its TLS defaults
-from that transport name, so TLS brokers keep kombu's own class.
+`redis://` broker URLs when `broker.fast_path` allows it (a kombu release CI
+ran it on, `VESSEL_FAST_PATH` not off). Not for `rediss://`: kombu derives its
+TLS defaults from that transport name, so TLS brokers keep kombu's own class.
 """
 
 from __future__ import annotations
@@ -45,13 +46,15 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
+from broker.config import Settings
+from broker.fast_path import transport_reason
 from broker.queues import ADMISSION_TAG_PREFIX
 
 _log = logging.getLogger(__name__)
 
 __all__ = [
     "SENTINEL_TRANSPORT",
-    "TRANSPORTS",
+    "TRANSPORT",
     "AdmissionQoS",
     "PublishRecorder",
     "RedisChannel",
@@ -251,13 +254,14 @@ class RedisTransport(kombu_redis.Transport):
     Channel = RedisChannel
 
 
-#: URL scheme -> the `broker_transport` Celery is given for it.
-TRANSPORTS: dict[str, str] = {
-    "redis": f"{__name__}:RedisTransport",
-}
+#: The `broker_transport` Celery is given when `broker.fast_path` allows it.
+TRANSPORT = f"{__name__}:RedisTransport"
 
 
-def transport_for(broker_url: str) -> str | None:
-    """The transport class path for a broker URL, or None to let kombu choose."""
-    scheme = broker_url.split("://", 1)[0].lower() if "://" in broker_url else ""
-    return TRANSPORTS.get(scheme)
+def transport_for(settings: Settings) -> str | None:
+    """The transport class path for these settings, or None to let kombu choose.
+
+    None unless `broker.fast_path.transport_reason` finds nothing against it
+    (the setting, a `redis://` URL, a kombu release CI ran these shortcuts on).
+    """
+    return TRANSPORT if transport_reason(settings) is None else None

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.errors import RefusedCall, UnknownAgent, UnknownTool
-from broker.model import Agent, DeclaredTool, Deployment, PluginTool, ServiceTool
+from broker.model import Agent, DeclaredTool, Deployment, PluginTool
 from broker.request import CallRequest, Initiator
 from workers.arguments import parse_arguments
 from workers.result import ToolResult
@@ -115,7 +115,6 @@ class Executor:
                 initiator=request.initiator,
                 cancel=cancel,
             )
-        assert isinstance(tool, ServiceTool)
         if self.service is None:
             return refused_result(
                 request, f"{tool.name}: this worker calls no services", started=started

@@ -45,7 +45,7 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 from celery.utils.nodenames import default_nodename, host_format
 
+from broker import fast_path
 from broker.admission import Admission, RedisAdmission, Subscription
 from broker.celery_app import make_app
 from broker.client import VesselClient, longest_tool_seconds, publish
@@ -61,7 +62,7 @@ from broker.config import Settings, hide_password
 from broker.connect import redis_client
 from broker.constants import ENV_HOST_ID
 from broker.embedded import LocalAdmission, embedded_worker
-from broker.errors import BrokerUnavailable, ConfigError
+from broker.errors import BrokerUnavailable, ConfigError, MissingBrokerURL
 from broker.model import Deployment
 from broker.queues import (
     END_TURN_PREFIX,
@@ -292,6 +293,8 @@ class _Housekeeper:
         lanes: dict[str, int],
         workspaces: WorkspaceStore | None,
         exit_: OutageExit | None = None,
+        *,
+        report: Callable[[int], None] | None = None,
     ) -> None:
         self._runtime = runtime
         self._lanes = lanes
@@ -302,6 +305,8 @@ class _Housekeeper:
         # The longest lease: a reasserted claim outlives any call running here.
         longest = longest_tool_seconds(runtime.deployment) + runtime.settings.lease_grace_seconds
         self._claim_ttl_ms = int(longest * 1000)
+        #: Called with the heartbeat TTL at each beat (the failed self-test's report).
+        self._report = report
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="vessel-housekeeper", daemon=True)
 
@@ -310,6 +315,8 @@ class _Housekeeper:
 
     def beat(self, lanes: dict[str, int] | None = None) -> None:
         rt = self._runtime
+        if self._report is not None and lanes is None:
+            self._report(self._ttl_ms())
         dispatched = rt.admission.heartbeat(
             rt.kind, rt.hostname, lanes or self._lanes, self._ttl_ms()
         )
@@ -458,7 +465,7 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     """
 
     if settings.broker_url is None:
-        raise ConfigError(
+        raise MissingBrokerURL(
             "VESSEL_BROKER_URL is not set: a worker needs the broker's Redis "
             "(redis://host:6379/0). `vessel-workers call` runs without one."
         )
@@ -498,7 +505,6 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     app = runtime.app
     lanes = {lane: concurrency for lane in lanes_for(options.kind, options.agents, host_id)}
     outage_exit = OutageExit(f"vessel-workers worker {options.kind}")
-    housekeeper = _Housekeeper(runtime, lanes, workspaces, outage_exit)
     subscription: Subscription = admission.listen_cancels(
         functools.partial(_on_message, runtime, workspaces)
     )
@@ -523,6 +529,14 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
         # Reconnects at least every second, logged once per outage (workers.outage).
         consumer_cls=consumer_class(admission.outage),
     )
+    # After app.Worker set up logging; before it consumes anything.
+    housekeeper = _Housekeeper(
+        runtime,
+        lanes,
+        workspaces,
+        outage_exit,
+        report=_fast_path_report(runtime, settings, admission),
+    )
     housekeeper.start()
     try:
         worker.start()
@@ -533,6 +547,24 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
         admission.close()
     outage_exit.report()
     return int(worker.exitcode or 0)
+
+
+def _fast_path_report(
+    runtime: CallRuntime, settings: Settings, admission: RedisAdmission
+) -> Callable[[int], None] | None:
+    """The start-up self-test: does this worker consume an envelope it pushed itself?
+
+    If not, the one log line says why, and while this worker runs it keeps
+    the fast path off on the broker (`broker.fast_path.FAST_PATH_OFF_KEY`,
+    refreshed at each heartbeat): clients build no envelopes, admission pushes
+    none, every call is published with `send_task`.
+    """
+    reason = fast_path.self_test(runtime.app, settings, admission, runtime.kind)
+    if reason is None:
+        _log.info("fast path: this worker consumes the envelopes admission pushes")
+        return None
+    fast_path.log_fallback(reason)
+    return functools.partial(admission.turn_fast_path_off, reason)
 
 
 def _close(executor: Executor) -> None:

@@ -22,12 +22,17 @@ too: no message of the killed worker may wait there for a visibility timeout.
 from __future__ import annotations
 
 import collections
+import os
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import celery
+import kombu
 import pytest
+
+from broker import fast_path
 
 from .conftest import Cluster, processes_with
 
@@ -41,13 +46,24 @@ CALLS = 6
 PER_WORKER = 3
 
 
+#: Whether calls travel as envelopes here (broker/fast_path.py): not on a kombu or
+#: Celery the fast path does not know, nor with VESSEL_FAST_PATH=off (scripts/test-range).
+ENVELOPES = (
+    os.environ.get("VESSEL_FAST_PATH", "on") != "off"
+    and fast_path.release(kombu.__version__) in fast_path.KNOWN_KOMBU
+    and fast_path.release(celery.__version__) in fast_path.KNOWN_CELERY
+)
+
+
 @pytest.fixture(scope="module")
 def cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
-    # Lease = tool limit 4 s + grace 1 s; a visibility timeout of 3 s would bring
-    # back any message left in kombu's unacked hash while its call still runs.
-    return make_cluster(
-        {"svc-crash": {}, "box-crash": {}}, timeout=4, VESSEL_VISIBILITY_TIMEOUT="3"
-    )
+    # Lease = tool limit 4 s + grace 1 s; with envelopes, a visibility timeout of
+    # 3 s would bring back any message left in kombu's unacked hash while its
+    # call still runs. Calls published with send_task do keep kombu's copy: for
+    # them a visibility timeout below the lease is the misconfiguration the
+    # README warns of, so they get the derived one (limit + 2 x grace).
+    extra = {"VESSEL_VISIBILITY_TIMEOUT": "3"} if ENVELOPES else {}
+    return make_cluster({"svc-crash": {}, "box-crash": {}}, timeout=4, **extra)
 
 
 def _wait(condition: Callable[[], bool], seconds: float, what: str) -> None:
@@ -57,10 +73,18 @@ def _wait(condition: Callable[[], bool], seconds: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def _unacked_settled(cluster: Cluster) -> bool:
+#: kombu 5.7 added the unacked_restore_interval/throttle options broker/celery_app.py
+#: sets; older kombu looks for expired unacked copies every 10 x 10 s, longer than this
+#: test waits. Admission's lease sweep brings the calls back either way; the copies
+#: (only those of the killed worker) are restored later and turned away by the claim.
+RESTORES_SOON = fast_path.release(kombu.__version__) >= (5, 7)
+
+
+def _unacked_settled(cluster: Cluster, lane: str = "vessel.service") -> bool:
     # kombu keeps delivered-but-unacked messages in the `unacked` hash until
     # they are acked or restored to their queue.
-    return cluster.redis.hlen("unacked") == 0 and cluster.redis.llen("vessel.service") == 0
+    left = cluster.redis.hlen("unacked")
+    return cluster.redis.llen(lane) == 0 and (left == 0 if RESTORES_SOON else left <= PER_WORKER)
 
 
 def test_service_calls_of_a_killed_worker_finish_elsewhere_once(cluster: Cluster) -> None:
@@ -122,7 +146,7 @@ def test_declared_calls_of_a_killed_worker_finish_elsewhere_once(cluster: Cluste
     assert [r.outcome for r in results] == ["ok"] * CALLS, [r.output for r in results]
     time.sleep(4)
     _wait(
-        lambda: cluster.redis.hlen("unacked") == 0 and cluster.redis.llen("vessel.sandbox") == 0,
+        lambda: _unacked_settled(cluster, "vessel.sandbox"),
         30,
         "unacked messages were never restored",
     )
