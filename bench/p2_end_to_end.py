@@ -73,7 +73,7 @@ def _plugin(ctx: Context) -> Row:
     try:
         deployment, ours = bench.plugin()
     except Exception as exc:  # the plugin runtime is not there: say so, measure the rest
-        return Row(mode="P2", name=_NAMES[3], unit="ms", errors=[f"{type(exc).__name__}: {exc}"])
+        return Row(mode="P2", name=_NAMES[4], unit="ms", errors=[f"{type(exc).__name__}: {exc}"])
     agent = deployment.agents[0]
 
     def raw_node() -> None:
@@ -89,7 +89,7 @@ def _plugin(ctx: Context) -> Row:
     spec = WORKER_SPECS["plugin"]
     return Row(
         mode="P2",
-        name=_NAMES[3],
+        name=_NAMES[4],
         unit="ms",
         baseline_name="raw Celery + bwrap node",
         baseline_samples=turns.samples["raw_node"],

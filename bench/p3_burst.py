@@ -159,7 +159,7 @@ def _plugin(ctx: Context) -> Row:
         deployment, ours = bench.plugin()
     except Exception as exc:  # the plugin runtime is not there: say so, measure the rest
         return Row(
-            mode="P3", name=_NAMES[4], unit="calls/s", errors=[f"{type(exc).__name__}: {exc}"]
+            mode="P3", name=_NAMES[5], unit="calls/s", errors=[f"{type(exc).__name__}: {exc}"]
         )
     plan = burst_plan(ctx, "plugin")
     series, calls = run_bursts(
@@ -178,7 +178,7 @@ def _plugin(ctx: Context) -> Row:
     )
     spec = WORKER_SPECS["plugin"]
     return _row(
-        _NAMES[4],
+        _NAMES[5],
         base=series["raw_node"],
         ours=series["ours_plugin"],
         base_name="raw Celery + bwrap node",
