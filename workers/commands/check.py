@@ -4,7 +4,7 @@ Prints one `FILE: FIELD: what is wrong` line per problem and exits 1, or one
 summary line (`deployment.toml: 2 agents, 3 tools: valid`) and exits 0.
 
 Each `[[plugins]]` entry is published first: its sources run once, confined
-(no network, no host API, a time and memory limit), seed 002's rules are
+(no network, no host API, a time and memory limit), the plugin rules are
 applied to what they register, and `plugin.lock.json` is written into the
 plugin folder (or `--lock-dir DIR` as `<slug>.lock.json`). Every other loader
 reads that lock. A tool dropped for a built-in's name is a warning line (exit 0).
