@@ -151,6 +151,7 @@ from broker.queues import (
     Kind,
     base_lane,
     cancel_key,
+    claim_key,
     home_key,
     turn_key,
 )
@@ -294,6 +295,10 @@ class Admission(Protocol):
         ...
 
     def cancel_requested(self, call_id: str) -> bool: ...
+
+    def claimed(self, call_id: str) -> bool:
+        """True while a worker holds the call (it is running, not queued)."""
+        ...
 
     def turn_calls(self, turn: str) -> list[str]: ...
 
@@ -528,6 +533,9 @@ class RedisAdmission:
 
     def cancel_requested(self, call_id: str) -> bool:
         return bool(self._redis.exists(cancel_key(call_id)))
+
+    def claimed(self, call_id: str) -> bool:
+        return bool(self._redis.exists(claim_key(call_id)))
 
     def turn_calls(self, turn: str) -> list[str]:
         return sorted(str(m) for m in self._redis.smembers(turn_key(turn)))

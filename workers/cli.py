@@ -10,10 +10,12 @@ from pathlib import Path
 
 from broker.constants import DEFAULT_DEPLOYMENT_FILE, ENV_DEPLOYMENT
 from workers.commands import call, check, files, tools, worker
+from workers.commands import mcp as mcp_verb
 
 __all__ = ["build_parser", "default_deployment", "main"]
 
 _VERBS = (check, tools, call, files, worker)
+_MORE_VERBS = (mcp_verb,)
 
 
 def default_deployment() -> Path:
@@ -35,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"deployment file (default ${ENV_DEPLOYMENT}, then ./{DEFAULT_DEPLOYMENT_FILE})",
     )
     subparsers = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for verb in _VERBS:
+    for verb in (*_VERBS, *_MORE_VERBS):
         verb.add_parser(subparsers, common)
     return parser
 
