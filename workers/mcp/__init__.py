@@ -20,11 +20,20 @@ __all__ = ["serve_stdio"]
 
 async def serve_stdio(server: Server[Any], turns: Turns) -> None:
     """Serve `server` on stdin/stdout until stdin closes; then end the session's turn."""
+    from mcp.server.runner import serve_loop  # noqa: PLC0415
     from mcp.server.stdio import stdio_server  # noqa: PLC0415
 
     try:
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+        # The handshake-only loop (`Server.run` would also serve the 2026-07-28
+        # era, which has no session to carry the turn: see workers.mcp.server).
+        async with server.lifespan(server) as state, stdio_server() as (reader, writer):
+            await serve_loop(
+                server,
+                reader,
+                writer,
+                lifespan_state=state,
+                init_options=server.create_initialization_options(),
+            )
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(turns.end_all)
