@@ -43,6 +43,8 @@ from workers.result import ToolResult
 __all__ = [
     "PROGRESS_SECONDS",
     "SERVER_NAME",
+    "SESSION_HEADER",
+    "TURN_PREFIX",
     "Turns",
     "build_server",
     "call_content",
