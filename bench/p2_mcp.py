@@ -109,6 +109,8 @@ def run(ctx: Context) -> list[Row]:
             iterations=iterations,
             warmup=warmup,
         )
+    with start_blocking_portal() as closing:
+        closing.call(http_client.aclose)  # a client given to the transport is ours to close
     stop.set()
     thread.join(10)
     return [

@@ -8,13 +8,14 @@ tool (`work`, with an integer `n` the worker checks) on the recording server.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -217,9 +218,14 @@ def _stdio(cluster: Cluster, owner: str = "web/alice") -> Client:
     return Client(params)
 
 
-def _http(url: str, token: str = TOKEN_A) -> Client:
-    http_client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    return Client(streamable_http_client(url, http_client=http_client))
+@contextlib.asynccontextmanager
+async def _http(url: str, token: str = TOKEN_A) -> AsyncIterator[Client]:
+    # A client given to the transport is the caller's to close.
+    headers = {"Authorization": f"Bearer {token}"}
+    async with contextlib.AsyncExitStack() as stack:
+        http_client = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+        transport = streamable_http_client(url, http_client=http_client)
+        yield await stack.enter_async_context(Client(transport))
 
 
 def _text(result: Any) -> str:
