@@ -94,23 +94,23 @@ def run(ctx: Context) -> list[Row]:
             time.sleep(0.05)
     http_client = create_mcp_http_client(headers={"Authorization": f"Bearer {_TOKEN}"})
     session = Client(streamable_http_client(url, http_client=http_client))
-    with start_blocking_portal() as portal, portal.wrap_async_context_manager(session) as mcp:
+    with start_blocking_portal() as portal:
+        with portal.wrap_async_context_manager(session) as mcp:
 
-        def via_mcp() -> None:
-            result = portal.call(mcp.call_tool, TOOL_PING, {})
-            if result.is_error:
-                raise WrongResult(f"MCP call failed: {result.content!r}")
+            def via_mcp() -> None:
+                result = portal.call(mcp.call_tool, TOOL_PING, {})
+                if result.is_error:
+                    raise WrongResult(f"MCP call failed: {result.content!r}")
 
-        turns_run = in_turns(
-            {
-                "ours_service": lambda: ours.call(agent, TOOL_PING, {}, _TIMEOUT),
-                "ours_mcp": via_mcp,
-            },
-            iterations=iterations,
-            warmup=warmup,
-        )
-    with start_blocking_portal() as closing:
-        closing.call(http_client.aclose)  # a client given to the transport is ours to close
+            turns_run = in_turns(
+                {
+                    "ours_service": lambda: ours.call(agent, TOOL_PING, {}, _TIMEOUT),
+                    "ours_mcp": via_mcp,
+                },
+                iterations=iterations,
+                warmup=warmup,
+            )
+        portal.call(http_client.aclose)  # a client given to the transport is ours to close
     stop.set()
     thread.join(10)
     return [
