@@ -48,6 +48,12 @@ def _p2(ctx: Context) -> list[Row]:
     return p2_end_to_end.run(ctx)
 
 
+def _p2_mcp(ctx: Context) -> list[Row]:
+    from bench import p2_mcp
+
+    return p2_mcp.run(ctx)
+
+
 def _p3(ctx: Context) -> list[Row]:
     from bench import p3_burst
 
@@ -71,6 +77,7 @@ def _mem(ctx: Context) -> list[Row]:
 MODES: dict[str, Callable[[Context], list[Row]]] = {
     "P1": _p1,
     "P2": _p2,
+    "P2MCP": _p2_mcp,
     "P3": _p3,
     "P4": _p4,
     "MEM": _mem,

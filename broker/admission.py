@@ -308,6 +308,10 @@ class Admission(Protocol):
 
     def cancel_requested(self, call_id: str) -> bool: ...
 
+    def claimed(self, call_id: str) -> bool:
+        """True while a worker holds the call (it is running, not queued)."""
+        ...
+
     def turn_calls(self, turn: str) -> list[str]: ...
 
     def end_turn(self, turn: str, agents: Iterable[str] = ()) -> None:
@@ -576,6 +580,9 @@ class RedisAdmission:
 
     def cancel_requested(self, call_id: str) -> bool:
         return bool(self.retrying(lambda: self._redis.exists(cancel_key(call_id))))
+
+    def claimed(self, call_id: str) -> bool:
+        return bool(self._redis.exists(claim_key(call_id)))
 
     def turn_calls(self, turn: str) -> list[str]:
         members = self.retrying(lambda: self._redis.smembers(turn_key(turn)))

@@ -684,6 +684,14 @@ class VesselClient:
         """`submit` then `result`."""
         return self.submit(agent, tool, arguments, owner=owner, turn=turn).result(timeout)
 
+    def tools(self, agent: str, *, format: str | None = None) -> list[dict[str, Any]]:
+        """The tool list the model is given; `format` "openai", "anthropic" or "mcp"
+        puts it in that API's tool format (`broker.tool_formats`)."""
+        from broker.tool_formats import in_format, listed  # noqa: PLC0415
+
+        listing = listed(self.deployment, agent)
+        return listing if format is None else in_format(listing, format)  # type: ignore[arg-type]
+
     def cancel(self, call_id: str) -> bool:
         """Cancel a queued or running call; False if it had finished or is unknown."""
         return self.cancel_outcome(call_id) in ("queued", "signalled")

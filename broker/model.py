@@ -26,6 +26,7 @@ __all__ = [
     "Deployment",
     "Grant",
     "InputMode",
+    "McpSettings",
     "Platform",
     "Plugin",
     "PluginTool",
@@ -155,6 +156,18 @@ class Plugin:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class McpSettings:
+    """The deployment's `[mcp]`: bearer tokens of `vessel-workers mcp --http`.
+
+    `tokens` pairs the NAME of each `env:NAME` (the variable holding one token)
+    with the owner its calls run as; the tokens themselves are read only where
+    the MCP server starts.
+    """
+
+    tokens: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Platform:
     """The deployment's `[platform]`: where host namespaces owned by the platform go.
 
@@ -223,6 +236,7 @@ class Deployment:
     #: Slug -> plugin, in `[[plugins]]` order; installed for every agent.
     plugins: Mapping[str, Plugin] = field(default_factory=dict)
     platform: Platform | None = None
+    mcp: McpSettings | None = None
 
     def agent(self, agent_id: str) -> Agent:
         try:

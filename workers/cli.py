@@ -26,10 +26,12 @@ from workers.commands import (
     tools,
     worker,
 )
+from workers.commands import mcp as mcp_verb
 
 __all__ = ["build_parser", "default_deployment", "main"]
 
 _VERBS = (check, tools, agents, call, result, cancel, end_turn, status, files, worker)
+_MORE_VERBS = (mcp_verb,)
 
 
 def default_deployment() -> Path:
@@ -53,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"deployment file (default ${ENV_DEPLOYMENT}, then ./{DEFAULT_DEPLOYMENT_FILE})",
     )
     subparsers = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for verb in _VERBS:
+    for verb in (*_VERBS, *_MORE_VERBS):
         verb.add_parser(subparsers, common)
     helptext.apply(subparsers)
     return parser

@@ -10,6 +10,7 @@ from broker.loading.fields import Problems, Table, field_path, type_name
 from broker.loading.grants import read_grant
 from broker.loading.host_folders import exposed_folder_problem
 from broker.loading.limits import MAX_CONCURRENT_CALLS
+from broker.loading.mcp import read_mcp
 from broker.loading.mounts import read_mounts
 from broker.loading.package import PACKAGE_FILE, Package, load_package
 from broker.loading.platform import read_platform
@@ -19,7 +20,7 @@ from broker.model import Agent, Deployment, Grant, Plugin, ServiceTool, Tool
 
 __all__ = ["AGENT_KEYS", "DEPLOYMENT_KEYS", "read_deployment"]
 
-DEPLOYMENT_KEYS = frozenset({"agents", "plugins", "platform"})
+DEPLOYMENT_KEYS = frozenset({"agents", "plugins", "platform", "mcp"})
 AGENT_KEYS = frozenset({"id", "package", "max_concurrent_calls", "mounts", "services"})
 
 
@@ -37,6 +38,7 @@ def read_deployment(
         return None
     top = Table(data, file=shown, where="", keys=DEPLOYMENT_KEYS, problems=problems)
     platform = read_platform(top)
+    mcp = read_mcp(top)
     plugins: dict[str, Plugin] = {}
     for entry in read_plugin_entries(top, path) or ():
         plugin = load_plugin(entry, deployment=path, lock_dir=lock_dir, problems=problems)
@@ -75,7 +77,7 @@ def read_deployment(
             agents[agent.id] = _with_plugins(table, agent, plugins)
     if problems:
         return None
-    return Deployment(path=path, agents=agents, plugins=plugins, platform=platform)
+    return Deployment(path=path, agents=agents, plugins=plugins, platform=platform, mcp=mcp)
 
 
 def _with_plugins(table: Table, agent: Agent, plugins: dict[str, Plugin]) -> Agent:

@@ -29,6 +29,13 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     parser.add_argument("agent", metavar="AGENT", help="the agent id")
+    parser.add_argument(
+        "--format",
+        choices=("vessel", "openai", "anthropic", "mcp"),
+        default="vessel",
+        help="vessel (default: name, description, parameters), openai (Chat Completions "
+        "function tools), anthropic (input_schema) or mcp (inputSchema)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -44,5 +51,14 @@ def run(args: argparse.Namespace) -> int:
     except UnknownAgent as exc:
         print(f"vessel-workers tools: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN_AGENT
-    print(json.dumps(agent.catalogue(), indent=2))
+    listing = agent.catalogue()
+    if args.format != "vessel":
+        from broker.tool_formats import InvalidToolName, in_format, listed  # noqa: PLC0415
+
+        try:
+            listing = in_format(listed(deployment, agent.id), args.format)
+        except InvalidToolName as exc:
+            print(f"vessel-workers tools: {exc}", file=sys.stderr)
+            return EXIT_INVALID
+    print(json.dumps(listing, indent=2))
     return EXIT_OK
