@@ -30,6 +30,7 @@ from broker.errors import (
     UnknownAgent,
 )
 from broker.owner import DEFAULT_OWNER, check_owner
+from workers.commands.common import BROKER_ENV, epilog
 
 __all__ = ["EXIT_OK", "EXIT_REFUSED", "add_parser", "parse_address", "run"]
 
@@ -43,6 +44,22 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="serve an agent's tools as an MCP server (stdio, or --http HOST:PORT)",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=epilog(
+            exit_codes=(
+                "  0 the client closed the session (stdio) or the server was stopped\n"
+                "  2 refused before serving: an invalid deployment, an unknown agent, a bad\n"
+                "    owner or address, a token variable that is not set, no confinement here"
+            ),
+            environment=(
+                BROKER_ENV + "\n"
+                "                        (unset: calls run on the embedded default here)\n"
+                "  the [mcp] tokens' env:NAME variables (--http)"
+            ),
+            example=(
+                "vessel-workers mcp field-guide --http 127.0.0.1:8765 -d examples/deployment.toml"
+            ),
+        ),
     )
     parser.add_argument("agent", metavar="AGENT", help="the agent id")
     parser.add_argument(
