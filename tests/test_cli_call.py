@@ -165,3 +165,23 @@ def test_a_service_tool_runs_on_the_embedded_default(records_service: int, tmp_p
     missing = call("-d", str(deployment), "records", "lookup", '{"id": "A-1042"}')
     assert missing.returncode == 2
     assert "RECORDS_TOKEN" in missing.stderr
+
+
+def test_an_embedded_call_missing_its_secret_names_the_variable_it_needs() -> None:
+    """No worker exists on the embedded default: the one line names the variable this
+    call needs, one line only, and exit 2 (nothing ran)."""
+    environ = {k: v for k, v in os.environ.items() if k != "RECORDS_TOKEN"}
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "call", "-d", DEPLOYMENT, "records", "lookup"],
+        input=None,
+        env={k: v for k, v in environ.items() if not k.startswith("VESSEL_BROKER")},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "this call needs RECORDS_TOKEN, which is not set here" in lines[0]
+    assert "service workers cannot start" not in lines[0]
