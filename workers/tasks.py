@@ -247,8 +247,12 @@ class CallRuntime:
 def _execute(
     runtime: CallRuntime, request: CallRequest, running: _Running, lease: float
 ) -> ToolResult:
-    # The runner kills at the tool's limit; this only fires if it did not.
-    watch = runtime._watchdog.watch(max(lease - 1.0, 1.0), running.event)
+    # The runner kills at the tool's limit; this only fires if it did not: before
+    # the lease ends (so the call is not handed to another worker meanwhile), but
+    # never at the limit itself, where it would race the runner's own timeout and
+    # turn a timeout into a cancel (a grace of 1 s left no room at all).
+    margin = min(1.0, runtime.settings.lease_grace_seconds / 2)
+    watch = runtime._watchdog.watch(max(lease - margin, 1.0), running.event)
     started = time.monotonic()
     try:
         result = runtime.executor.run(request, running.event)
