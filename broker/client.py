@@ -6,7 +6,7 @@
     client = VesselClient(load_deployment("deployment.toml"))   # settings from the environment
     handle = client.submit("field-guide", "species", {"habitat": "rivers"},
                            owner="web/alice", turn="turn-42")
-    result = handle.result(timeout=60)        # a workers.result.ToolResult
+    result = handle.result(timeout=60)        # a broker.result.ToolResult
     print(result.output)                      # the text the model sees
 
     result = client.call("records", "lookup", {"id": "A-1042"}, owner="web/alice")
@@ -70,8 +70,8 @@ from broker.model import Deployment
 from broker.owner import check_owner
 from broker.queues import WORKSPACE_KINDS
 from broker.request import CallRequest, Initiator, new_call_id
+from broker.result import ToolResult
 from broker.retrying import MAX_PAUSE_SECONDS, unreachable
-from workers.result import ToolResult
 
 if TYPE_CHECKING:
     from broker.files import TurnFiles

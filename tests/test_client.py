@@ -99,7 +99,7 @@ def _lane_ids(redis_url: str, lane: str) -> list[str]:
 
 def _finished(client: VesselClient, call_id: str, output: str, *, in_one_script: bool):
     from broker.client import finish_call
-    from workers.result import ToolResult
+    from broker.result import ToolResult
 
     result = ToolResult(
         call_id=call_id, agent="field-guide", tool="species", is_error=False, output=output

@@ -22,7 +22,7 @@ from broker.config import Settings
 from broker.embedded import LocalAdmission
 from broker.loading import load_deployment
 from broker.request import CallRequest
-from workers.result import ToolResult
+from broker.result import ToolResult
 from workers.tasks import CallRuntime, run_call
 
 

@@ -17,9 +17,9 @@ from conftest import EXAMPLES
 from broker.errors import RefusedCall
 from broker.loading import load_deployment
 from broker.request import CallRequest
+from broker.result import ToolResult
 from workers.arguments import parse_arguments
 from workers.execute import Executor
-from workers.result import ToolResult
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from broker.errors import RefusedCall, UnknownAgent, UnknownTool
 from broker.model import Agent, DeclaredTool, Deployment, PluginTool
 from broker.request import CallRequest, Initiator
+from broker.result import ToolResult
 from workers.arguments import parse_arguments
-from workers.result import ToolResult
 
 if TYPE_CHECKING:
     from workers.sandbox.runner import SandboxRunner

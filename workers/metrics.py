@@ -42,7 +42,7 @@ from http.server import HTTPServer
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 
 from broker.errors import ConfigError
-from workers.result import ToolResult
+from broker.result import ToolResult
 
 __all__ = [
     "DEFAULT_METRICS_ADDR",

@@ -44,10 +44,10 @@ from broker.errors import VesselError
 from broker.model import Deployment
 from broker.queues import TASK_NAMES, WORKSPACE_KINDS, Kind
 from broker.request import CallRequest
+from broker.result import ToolResult
 from workers import metrics
 from workers.execute import Executor
 from workers.output import with_workspace_lost
-from workers.result import ToolResult
 
 if TYPE_CHECKING:
     from workers.sandbox.workspace import WorkspaceStore

@@ -74,11 +74,11 @@ from broker.queues import (
     shared_lane,
 )
 from broker.request import CallRequest
+from broker.result import ToolResult
 from workers.banner import startup_lines, worker_class
 from workers.execute import Executor
 from workers.metrics import start_metrics_server
 from workers.outage import OutageExit, consumer_class, wait_for_broker
-from workers.result import ToolResult
 from workers.tasks import CallRuntime, register_tasks
 from workers.workspace_ops import register_workspace_ops
 

@@ -14,10 +14,10 @@ from typing import Any
 from broker.loading import load_deployment
 from broker.model import Agent, Deployment, PluginTool
 from broker.request import Initiator, new_call_id
+from broker.result import ToolResult
 from workers.commands.check import publish_plugins
 from workers.plugin.host.context import HostContext, HostFailed, HostRefused
 from workers.plugin.runner import PluginRunner
-from workers.result import ToolResult
 
 FIELD_GUIDE = Path(__file__).resolve().parents[2] / "examples" / "field-guide"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

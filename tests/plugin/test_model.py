@@ -8,7 +8,7 @@ import pytest
 
 from broker.model import Platform, Plugin
 from broker.request import CallRequest, Initiator
-from workers.result import ToolResult
+from broker.result import ToolResult
 
 
 def test_the_initiator_defaults_to_the_platform_not_verified() -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from broker.constants import DEFAULT_CPU_LIMIT, DEFAULT_WORKSPACE_FILES, DEFAULT_WORKSPACE_LIMIT_MB
 from broker.model import Agent, AgentSettings, DeclaredTool
-from workers.result import ToolResult
+from broker.result import ToolResult
 from workers.sandbox.runner import SandboxRunner
 from workers.sandbox.workspace import WorkspaceStore
 

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from broker.model import Agent, AgentSettings, Deployment, Grant, ServiceTool
-from workers.result import ToolResult
+from broker.result import ToolResult
 from workers.service import ServiceCaller
 
 TOKEN = "s3cr3t-token-0123456789"

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.errors import ConfigError
+from broker.result import ToolResult
 from workers import metrics
 from workers.metrics import (
     DURATION_BUCKETS,
@@ -22,7 +23,6 @@ from workers.metrics import (
     MetricsServer,
     start_metrics_server,
 )
-from workers.result import ToolResult
 
 from .conftest import AGENT, OWNER, Cluster, wait_for
 

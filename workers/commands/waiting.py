@@ -26,7 +26,7 @@ from broker.status import call_state
 
 if TYPE_CHECKING:
     from broker.client import CallHandle
-    from workers.result import ToolResult
+    from broker.result import ToolResult
 
 __all__ = ["STATUS_PERIOD_SECONDS", "Interrupted", "LiveStatus", "state_reader", "wait"]
 

@@ -37,8 +37,8 @@ from mcp.shared.exceptions import MCPError
 
 from broker.client import VesselClient
 from broker.errors import CallTimeout, TransientError, UnknownTool
+from broker.result import ToolResult
 from broker.tool_formats import in_format, listed
-from workers.result import ToolResult
 
 __all__ = [
     "PROGRESS_SECONDS",

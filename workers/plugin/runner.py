@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 
 from broker.model import Agent, Deployment, Plugin, PluginTool
 from broker.request import Initiator
+from broker.result import ToolResult
 from workers.output import cut_output
 from workers.plugin.confine import PLUGIN_ROOT, Confinement
 from workers.plugin.host.context import HostBridge, HostContext, HostFailed, HostRefused
@@ -52,7 +53,6 @@ from workers.plugin.process import (
     probe_data_bytes,
 )
 from workers.plugin.stage import make_stage, node_binary, remove_stage, remove_stale_stages
-from workers.result import ToolResult
 from workers.sandbox.limits import MIB
 from workers.sandbox.runner import timed_out_text
 from workers.service.redact import Redactor

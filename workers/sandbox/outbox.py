@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.result import OutboxFile
+from broker.result import OutboxFile
 
 __all__ = [
     "DEFAULT_OUTBOX_CAP_BYTES",

@@ -74,9 +74,9 @@ from broker.constants import (
     SANDBOX_HOME,
 )
 from broker.model import Agent, AgentSettings, DeclaredTool
+from broker.result import ToolResult
 from workers.arguments import args_flags
 from workers.output import cut_output
-from workers.result import ToolResult
 from workers.sandbox import seccomp
 from workers.sandbox.bwrap import (
     COMMAND_PREFIX,

@@ -34,8 +34,8 @@ import httpx
 
 from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS, SERVICE_BODY_LIMIT_BYTES
 from broker.model import Agent, Deployment, ServiceTool
+from broker.result import ToolResult
 from workers.output import cut_output
-from workers.result import ToolResult
 from workers.service import texts
 from workers.service.exchange import Exchange, Failure, run_exchange
 from workers.service.redact import Redactor
