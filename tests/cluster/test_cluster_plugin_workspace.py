@@ -13,9 +13,6 @@ the sentences the handler sees.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +22,7 @@ import pytest
 
 from broker.queues import home_key
 
-from .conftest import CLUSTER_ENV, REPO, Cluster, Recorder, start_redis
+from .conftest import WS_PY, Cluster, Recorder, check_deployment, cluster_env, start_redis
 
 pytestmark = [
     pytest.mark.cluster,
@@ -74,27 +71,6 @@ globalThis.tools.busy = {
 };
 """
 
-# Works in the turn's workspace ($HOME): writes, reads (null when missing), links.
-WS_PY = """\
-import json, os, sys
-args = json.load(sys.stdin)
-home = os.environ["HOME"]
-for name, text in args.get("write", {}).items():
-    os.makedirs(os.path.dirname(os.path.join(home, name)), exist_ok=True)
-    with open(os.path.join(home, name), "w") as f:
-        f.write(text)
-for name, target in args.get("link", {}).items():
-    os.symlink(target, os.path.join(home, name))
-seen = {}
-for name in args.get("read", []):
-    try:
-        with open(os.path.join(home, name)) as f:
-            seen[name] = f.read()
-    except FileNotFoundError:
-        seen[name] = None
-print(json.dumps(seen))
-"""
-
 HOSTS = ("h1", "h2")
 
 
@@ -120,14 +96,7 @@ def _write(folder: Path) -> Path:
         '[[agents]]\nid = "desk-one"\npackage = "boxpkg"\nmax_concurrent_calls = 1\n'
         '[agents.mounts]\n"/data" = "data"\n'
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "check", "-d", str(path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    check_deployment(path)
     return path
 
 
@@ -137,11 +106,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     redis_proc, url = start_redis(folder)
     deployment = _write(folder)
     workspaces = folder / "workspaces"
-    env = {k: v for k, v in os.environ.items() if k != "VESSEL_RESULT_BACKEND"}
-    env.update(CLUSTER_ENV)
-    env["VESSEL_HEARTBEAT_SECONDS"] = "1"  # a loaded machine must not take a live host for dead
-    env["VESSEL_BROKER_URL"] = url
-    env["VESSEL_WORKSPACE_ROOT"] = str(workspaces)
+    # 1 s beats: a loaded machine must not take a live host for dead.
+    env = cluster_env(url, workspaces, VESSEL_HEARTBEAT_SECONDS="1")
     found = Cluster(
         url=url, deployment_path=deployment, env=env, recorder=Recorder(), workspaces=workspaces
     )
@@ -198,7 +164,7 @@ def _declared(cluster: Cluster, agent: str, turn: str, **arguments: Any) -> dict
     finally:
         client.close()
     assert result.outcome == "ok", result.output
-    return dict(json.loads(result.output))
+    return dict(json.loads(result.output)["read"])
 
 
 def _home(cluster: Cluster, agent: str, turn: str) -> str:
