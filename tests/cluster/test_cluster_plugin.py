@@ -2,8 +2,9 @@
 initiator, host.fetch to a real server), the agent's max_concurrent_calls across the
 worker's threads, cancel of a running call, and the workspace shared with a sandbox worker.
 
-One cluster for the module: one plugin worker (4 threads) and one sandbox worker,
-sharing one workspace root as on one host.
+One cluster for the module: one plugin worker (4 threads) and one sandbox worker.
+host.workspace runs on the turn's home host (the sandbox worker); across two hosts see
+test_cluster_plugin_workspace.py.
 """
 
 from __future__ import annotations
