@@ -85,6 +85,7 @@ from workers.workspace_ops import register_workspace_ops
 if TYPE_CHECKING:
     import redis
 
+    from workers.plugin.host.workspace import WorkspaceFiles
     from workers.sandbox.workspace import WorkspaceStore
 
 __all__ = [
@@ -201,10 +202,13 @@ def build_executor(
     agents: Sequence[str] | None = None,
     *,
     plugins: Sequence[str] | None = None,
+    workspace_files: WorkspaceFiles | None = None,
 ) -> tuple[Executor, WorkspaceStore | None]:
     """The executor of one worker kind, and its workspaces (sandbox).
 
-    `plugins` limits whose settings a plugin worker resolves (default: all).
+    `plugins` limits whose settings a plugin worker resolves (default: all);
+    `workspace_files` is where its `host.workspace` works (default: this
+    host's workspace root, as the embedded default's declared tools use it).
     Raises ConfinementUnavailable (sandbox), MissingSecret (service, plugin).
     """
     # Each kind imports only its own runner: a sandbox worker never loads the
@@ -230,11 +234,12 @@ def build_executor(
             default_workspace_root,
         )
 
-        # Plugin workers hold the plugins' settings secrets; host.workspace works
-        # on this host's workspaces (the ones its sandbox workers use). None is
-        # returned: removing a turn's workspaces is the sandbox workers' job.
+        # Plugin workers hold the plugins' settings secrets. None is returned:
+        # removing a turn's workspaces is the sandbox workers' job.
         bridge = PluginHost(
-            deployment, workspaces=WorkspaceStore(default_workspace_root()), plugins=plugins
+            deployment,
+            workspaces=workspace_files or WorkspaceStore(default_workspace_root()),
+            plugins=plugins,
         )
         try:
             runner = PluginRunner(deployment, bridge)
@@ -472,9 +477,17 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     for agent in options.agents:
         deployment.agent(agent)
     host_id = host_id_from_environ() if options.kind in WORKSPACE_KINDS else None
+    routed = None
     if options.kind == "plugin":
         check_plugin_locks(deployment)
-    executor, workspaces = build_executor(deployment, options.kind, options.agents)
+        from workers.plugin.host.routed import RoutedFiles  # noqa: PLC0415
+
+        # host.workspace runs on the turn's home host, through a client of this
+        # worker's own (connected at the first operation, after the checks below).
+        routed = RoutedFiles(functools.partial(VesselClient, deployment, settings))
+    executor, workspaces = build_executor(
+        deployment, options.kind, options.agents, workspace_files=routed
+    )
     limit = settings.broker_outage_seconds
     admission = RedisAdmission.from_url(
         settings.broker_url, sentinel_master=settings.sentinel_master, patience=limit

@@ -191,8 +191,9 @@ print("counted", args["n"])
 """
 
 
-# Works in the turn's workspace: writes the files it is given, reads the ones it
-# is asked for (null when missing), appends "start/end <time>" lines to a log.
+# Works in the turn's workspace: writes the files it is given (folders made as
+# needed), makes the links it is given, reads the files it is asked for (null
+# when missing), appends "start/end <time>" lines to a log.
 WS_PY = """\
 import json, os, sys, time
 args = json.load(sys.stdin)
@@ -204,8 +205,11 @@ def mark(what):
             f.write(f"{what} {time.time()}\\n")
 mark("start")
 for name, text in args.get("write", {}).items():
+    os.makedirs(os.path.dirname(os.path.join(home, name)), exist_ok=True)
     with open(os.path.join(home, name), "w") as f:
         f.write(text)
+for name, target in args.get("link", {}).items():
+    os.symlink(target, os.path.join(home, name))
 seen = {}
 for name in args.get("read", []):
     try:
@@ -269,6 +273,30 @@ def write_deployment(
     path = folder / "deployment.toml"
     path.write_text("\n".join(lines))
     return path
+
+
+def check_deployment(path: Path) -> None:
+    """`vessel-workers check` on the deployment: it writes each plugin's lock,
+    without which a plugin worker refuses to start."""
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "check", "-d", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def cluster_env(url: str, workspaces: Path, **extra: str) -> dict[str, str]:
+    """The environment of a cluster's workers and clients: this one's, with the
+    small timings, the broker and the workspace root."""
+    env = {k: v for k, v in os.environ.items() if k != "VESSEL_RESULT_BACKEND"}
+    env.update(CLUSTER_ENV)
+    env.update(extra)
+    env["VESSEL_BROKER_URL"] = url
+    env["VESSEL_WORKSPACE_ROOT"] = str(workspaces)
+    return env
 
 
 # --- worker processes ----------------------------------------------------------------
@@ -412,12 +440,7 @@ def make_cluster(
         server = serve(recorder)
         deployment = write_deployment(folder, server.server_address[1], agents, timeout=timeout)
         workspaces = folder / "workspaces"
-        env = dict(os.environ)
-        env.pop("VESSEL_RESULT_BACKEND", None)
-        env.update(CLUSTER_ENV)
-        env.update(extra)
-        env["VESSEL_BROKER_URL"] = url
-        env["VESSEL_WORKSPACE_ROOT"] = str(workspaces)
+        env = cluster_env(url, workspaces, **extra)
         cluster = Cluster(
             url=url, deployment_path=deployment, env=env, recorder=recorder, workspaces=workspaces
         )
