@@ -39,6 +39,8 @@ from bench.turns import WrongResult, in_turns
 __all__ = ["GOAL", "GOAL_PLUGIN", "run"]
 
 GOAL = Goal(median_max=1.25)
+#: Issue 20: a declared call end to end no slower than raw Celery + raw bwrap.
+GOAL_DECLARED = Goal(median_max=1.0)
 #: Turn affinity (docs/turns.md) may cost at most 5%.
 GOAL_TURN = Goal(median_max=1.05)
 _TURN = "bench-p2-turn"
@@ -149,7 +151,7 @@ def _declared_and_service(ctx: Context) -> list[Row]:
             base_key="raw_bwrap",
             ours_key="ours_sandbox",
             base_name="raw Celery + raw bwrap",
-            goal=GOAL,
+            goal=GOAL_DECLARED,
             notes=f"one worker process each, pool {specs['sandbox']}",
         ),
         row(

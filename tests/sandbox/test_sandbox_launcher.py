@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from workers.sandbox import cgroup
-from workers.sandbox.launcher import Launcher
+from workers.sandbox.launcher_client import Launcher
 from workers.sandbox.runner import SandboxRunner
 
 from .conftest import FORK_BOMB, Sandbox
@@ -438,7 +438,7 @@ def test_direct_path_still_sets_the_limits(either: Sandbox) -> None:
 
 
 def test_a_memory_limit_too_small_for_a_launcher_goes_direct(sandbox: Sandbox) -> None:
-    from workers.sandbox.launcher import MIN_DATA_BYTES
+    from workers.sandbox.launcher_pool import MIN_DATA_BYTES
 
     small = MIN_DATA_BYTES // 2**20 // 2
     before = _launchers(sandbox)

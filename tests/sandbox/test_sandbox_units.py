@@ -18,14 +18,24 @@ import pytest
 
 from workers.sandbox import (
     bwrap,
+    call_results,
+    call_spawn,
     cgroup,
-    launcher,
+    etc_stage,
+    folders,
+    launcher_children,
+    launcher_client,
+    launcher_placement,
+    launcher_pool,
+    launcher_protocol,
     limits,
     outbox,
     probe,
     process,
+    reachable,
     runner,
     seccomp,
+    slot_launcher,
 )
 from workers.sandbox import workspace as workspace_module
 from workers.sandbox.outbox import collect_outbox, ensure_mount_point, escaped_name, unsafe_name
@@ -471,15 +481,6 @@ def test_seccomp_filter_builds_and_each_fd_is_fresh() -> None:
         os.close(b)
 
 
-def test_prlimit_argv_sets_soft_and_hard() -> None:
-    argv = limits.Limits(file_size_bytes=10, data_bytes=20, cpu_seconds=30).prlimit_argv(
-        "/usr/bin/prlimit"
-    )
-    assert "--nofile=4096:4096" in argv and "--fsize=10:10" in argv and "--core=0:0" in argv
-    assert "--cpu=30:31" in argv  # SIGXCPU at 30 s names the cause; SIGKILL a second later
-    assert argv[-1] == "--"
-
-
 def test_bwrap_options_hide_the_host(tmp_path: Path) -> None:
     layout = bwrap.Layout(
         package_dir=tmp_path / "pkg",
@@ -514,14 +515,24 @@ def test_probe_passes_here() -> None:
 def test_exported_names_exist() -> None:
     for module in (
         bwrap,
+        call_results,
+        call_spawn,
         cgroup,
-        launcher,
+        etc_stage,
+        folders,
+        launcher_children,
+        launcher_client,
+        launcher_placement,
+        launcher_pool,
+        launcher_protocol,
         limits,
         outbox,
         process,
         probe,
+        reachable,
         runner,
         seccomp,
+        slot_launcher,
         workspace_module,
     ):
         for name in module.__all__:
