@@ -226,6 +226,36 @@ class Cluster:
             },
         )
 
+    def start_vessel_mcp(
+        self,
+        name: str,
+        agent: str,
+        *,
+        deployment: Path,
+        broker_url: str,
+        address: str,
+        env: dict[str, str] | None = None,
+    ) -> Proc:
+        """`vessel-workers mcp AGENT --http ADDRESS -d DEPLOYMENT` against `broker_url`."""
+        argv = [
+            str(VENV_BIN / "vessel-workers"),
+            "mcp",
+            agent,
+            "--http",
+            address,
+            "-d",
+            str(deployment),
+        ]
+        return self._spawn(
+            name,
+            argv,
+            env={
+                "VESSEL_BROKER_URL": broker_url,
+                "VESSEL_RESULT_BACKEND": broker_url,
+                **(env or {}),
+            },
+        )
+
     def start_raw_worker(
         self,
         name: str,
