@@ -97,7 +97,7 @@ def plugin_row(ctx: Context) -> Row:
         goal=GOAL_PLUGIN,
         errors=turns.errors_of("raw_node", "ours_plugin"),
         notes=f"one worker process each, pool {spec.pool} x{spec.concurrency}; a trivial "
-        "handler (return 1), every call in a fresh isolate",
+        "handler (return 1), every call in its own vm context",
     )
 
 

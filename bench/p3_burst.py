@@ -187,7 +187,7 @@ def plugin_row(ctx: Context) -> Row:
         base_label="raw_node",
         ours_label="ours_plugin",
         notes=f"{calls} calls x {plan.rounds} rounds; one worker each, pool {spec.pool} "
-        f"x{spec.concurrency} (baseline: the same); every call in a fresh isolate",
+        f"x{spec.concurrency} (baseline: the same); every call in its own vm context",
     )
 
 
