@@ -45,6 +45,7 @@ __all__ = [
     "BurstPlan",
     "burst_plan",
     "ours_burst",
+    "plugin_row",
     "run",
 ]
 
@@ -151,10 +152,10 @@ def run(ctx: Context) -> list[Row]:
         return [
             Row(mode="P3", name=n, unit="calls/s", skipped=f"not measured: {exc}") for n in _NAMES
         ]
-    return [*_declared_and_service(ctx), _plugin(ctx)]
+    return [*_declared_and_service(ctx), plugin_row(ctx)]
 
 
-def _plugin(ctx: Context) -> Row:
+def plugin_row(ctx: Context) -> Row:
     bench = cluster_of(ctx)
     raw = bench.raw()
     try:
@@ -188,7 +189,7 @@ def _plugin(ctx: Context) -> Row:
         base_label="raw_node",
         ours_label="ours_plugin",
         notes=f"{calls} calls x {plan.rounds} rounds; one worker each, pool {spec.pool} "
-        f"x{spec.concurrency} (baseline: the same); every call in a fresh isolate",
+        f"x{spec.concurrency} (baseline: the same); every call in its own vm context",
     )
 
 
