@@ -11,8 +11,9 @@ import pytest
 import redis
 
 from broker.admission import Claim, RedisAdmission
+from broker.admission.keys import home_key
 from broker.embedded import LocalAdmission
-from broker.queues import home_key, home_lane
+from broker.queues import home_lane
 
 SHARED = "vessel.sandbox"
 HOME_A = home_lane(SHARED, "host-a")

@@ -56,6 +56,7 @@ from celery.utils.nodenames import default_nodename, host_format
 
 from broker import fast_path
 from broker.admission import Admission, RedisAdmission, Subscription
+from broker.admission.keys import END_TURN_PREFIX
 from broker.celery_app import make_app
 from broker.client import VesselClient, longest_tool_seconds, publish
 from broker.config import Settings, hide_password
@@ -65,7 +66,6 @@ from broker.embedded import LocalAdmission, embedded_worker
 from broker.errors import BrokerUnavailable, ConfigError, MissingBrokerURL
 from broker.model import Deployment
 from broker.queues import (
-    END_TURN_PREFIX,
     WORKSPACE_KINDS,
     Kind,
     check_host_id,

@@ -8,8 +8,8 @@
 local id, host, done_ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local result_key, result_value, result_ttl = ARGV[4], ARGV[5], tonumber(ARGV[6])
 local stored = 0
-if redis.call('SET', P .. 'done:' .. id, host, 'NX', 'EX', done_ttl) then
-  redis.call('DEL', P .. 'cancel:' .. id)
+if redis.call('SET', DONE .. id, host, 'NX', 'EX', done_ttl) then
+  redis.call('DEL', CANCEL .. id)
   -- What Celery's Redis backend does for a result: SET (with its expiry) and
   -- PUBLISH on the key's channel, where waiting clients are subscribed.
   if result_ttl > 0 then
