@@ -231,6 +231,10 @@ class LocalAdmission:
             listener(call_id)
         return "signalled", None
 
+    def claimed(self, call_id: str) -> bool:
+        with self._lock:
+            return call_id in self._claims and call_id not in self._done
+
     def turn_calls(self, turn: str) -> list[str]:
         with self._lock:
             return sorted(self._turns.get(turn, ()))

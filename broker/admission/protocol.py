@@ -142,6 +142,10 @@ class Admission(Protocol):
         """The outcome, and for a call taken out of its queue its message."""
         ...
 
+    def claimed(self, call_id: str) -> bool:
+        """True while a worker holds the call (it is running, not queued)."""
+        ...
+
     def turn_calls(self, turn: str) -> list[str]: ...
 
     def end_turn(self, turn: str, agents: Iterable[str] = ()) -> None:

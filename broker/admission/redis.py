@@ -233,6 +233,9 @@ class RedisAdmission:
         outcome, message = self._run("cancel", call_id, ttl_seconds)
         return outcome, (message or None)
 
+    def claimed(self, call_id: str) -> bool:
+        return bool(self._redis.exists(claim_key(call_id)))
+
     def turn_calls(self, turn: str) -> list[str]:
         members = self.retrying(lambda: self._redis.smembers(turn_key(turn)))
         return sorted(str(m) for m in members)

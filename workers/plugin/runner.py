@@ -40,8 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from broker.model import Agent, Deployment, Plugin, PluginTool
-from broker.request import Initiator
-from broker.result import ToolResult
+from broker.protocol import CANCELLED_TEXT, Initiator, ToolResult
 from workers.output import cut_output
 from workers.plugin.confine import PLUGIN_ROOT, Confinement
 from workers.plugin.host.context import HostBridge, HostContext, HostFailed, HostRefused
@@ -329,7 +328,7 @@ class PluginRunner:
             return result(is_error=True, output=text, outcome=outcome)
 
         if cancel is not None and cancel.is_set():
-            return failed("[cancelled]", "cancelled")
+            return failed(CANCELLED_TEXT, "cancelled")
         slug = tool.plugin
         if slug in self._unavailable:
             return failed(f"{tool.name}: [plugin runtime unavailable: {self._unavailable[slug]}]")
@@ -522,7 +521,7 @@ class PluginRunner:
         if kind == "memory":
             return failed(f"{tool.name}: {memory_text(tool.memory_limit_mb)}", "killed")
         if kind == "cancelled":
-            return failed("[cancelled]", "cancelled")
+            return failed(CANCELLED_TEXT, "cancelled")
         if kind == "serialize":
             return failed(f"{tool.name}: the result is not JSON: {message}")
         if kind == "load":

@@ -74,7 +74,7 @@ from broker.constants import (
     SANDBOX_HOME,
 )
 from broker.model import Agent, AgentSettings, DeclaredTool
-from broker.result import ToolResult
+from broker.protocol import CANCELLED_TEXT, ToolResult, format_seconds
 from workers.arguments import args_flags
 from workers.output import cut_output
 from workers.sandbox import seccomp
@@ -104,7 +104,6 @@ __all__ = [
     "DEFAULT_OUTPUT_HARD_CAP_BYTES",
     "SandboxRunner",
     "cpu_limit_text",
-    "format_seconds",
     "timed_out_text",
     "workspace_limit_text",
 ]
@@ -120,11 +119,6 @@ _SIGNAL_BASE = 128  # bwrap reports a command killed by signal N as exit status 
 _SETUP_ERROR_PREFIXES = ("bwrap: ", "sh: ", "launcher: ")
 
 _log = logging.getLogger(__name__)
-
-
-def format_seconds(seconds: float) -> str:
-    """Seed 000's N: an integer when whole (`2`), else as written (`1.5`)."""
-    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds}"
 
 
 def timed_out_text(seconds: float) -> str:
@@ -445,7 +439,7 @@ class SandboxRunner:
             )
 
         if cancel is not None and cancel.is_set():
-            return result(is_error=True, output="[cancelled]", outcome="cancelled")
+            return result(is_error=True, output=CANCELLED_TEXT, outcome="cancelled")
         if self._bwrap is None or not self._msgqueue_ok:
             missing = (
                 "bubblewrap (bwrap) not found"
@@ -536,7 +530,7 @@ class SandboxRunner:
         if finished.reason == "timeout":
             return result(is_error=True, output=timed_out_text(timeout), outcome="timeout", **files)
         if finished.reason == "cancelled":
-            return result(is_error=True, output="[cancelled]", outcome="cancelled", **files)
+            return result(is_error=True, output=CANCELLED_TEXT, outcome="cancelled", **files)
         text, dropped = cut_output(finished.text, limit, already_dropped=finished.dropped_chars)
         if finished.reason == "overflow":
             cap = format_seconds(self.output_hard_cap_bytes / MIB)
