@@ -31,7 +31,7 @@ before either runs, this module checks what they rely on:
 
 When a check fails, calls are published the plain way: admission returns them
 (`Dispatched`) and the caller publishes them with `send_task`
-(`broker.client.publish`), and one log line says why.
+(`broker.admission.publish`), and one log line says why.
 """
 
 from __future__ import annotations

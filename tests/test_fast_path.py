@@ -22,8 +22,8 @@ from conftest import EXAMPLES
 
 from broker import fast_path
 from broker.admission import RedisAdmission
-from broker.celery_app import make_app
 from broker.admission.publish import publish
+from broker.celery_app import make_app
 from broker.client import VesselClient
 from broker.config import Settings
 from broker.envelope import build_envelope, probe_message

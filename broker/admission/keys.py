@@ -95,7 +95,6 @@ __all__ = [
     "WINDOW",
     "WORKERS",
     "call_key",
-    "cancel_key",
     "claim_key",
     "done_key",
     "home_key",
@@ -179,10 +178,6 @@ def claim_key(call_id: str) -> str:
 
 def done_key(call_id: str) -> str:
     return f"{DONE}{call_id}"
-
-
-def cancel_key(call_id: str) -> str:
-    return f"{CANCEL}{call_id}"
 
 
 def turn_key(turn: str) -> str:

@@ -1,6 +1,6 @@
 -- A call's result is ready: mark the call done, write its result where the
 -- Celery result backend keeps it, free its slot and dispatch, in one script.
--- Used when the result backend is this same Redis (broker/client.py: finish_call);
+-- Used when the result backend is this same Redis (broker/admission/finish.py: finish_call);
 -- otherwise the worker runs `finish`, stores through Celery, then `release`.
 -- ARGV: call_id, hostname, done_ttl_s, result_key, result_value, result_ttl_s (0: none), max_calls
 -- Returns {stored, dispatched}: stored is 1 when this result was written, 0 when
