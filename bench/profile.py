@@ -186,7 +186,7 @@ def _worker_section(folder: Path, calls: int, top: int) -> str:
                     shutdown_timeout=10,
                 ):
                     # A long-lived capacity record: the housekeeper is not running here.
-                    from broker.client import publish
+                    from broker.admission.publish import publish
 
                     publish(app, admission.heartbeat(kind, hostname, {lane: 1}, 600_000))
                     for _ in range(20):
@@ -227,7 +227,8 @@ def _steps_section(folder: Path, calls: int, top: int) -> str:
     from bench.deployment import TOOL_PING, write_deployment
     from bench.ours import OWNER, OursClient
     from bench.stats import summarize
-    from broker.client import finish_call, publish, results_in_admission
+    from broker.admission.finish import finish_call, results_in_admission
+    from broker.admission.publish import publish
     from broker.queues import shared_lane
     from broker.request import CallRequest
     from workers.worker import build_executor
@@ -324,7 +325,7 @@ def _burst_section(folder: Path, calls: int, top: int) -> str:
     from bench.deployment import TOOL_PING, write_deployment
     from bench.ours import OursClient
     from broker.admission import RedisAdmission
-    from broker.client import publish
+    from broker.admission.publish import publish
     from broker.config import Settings
     from broker.queues import shared_lane
     from workers.worker import build_executor, build_runtime

@@ -38,8 +38,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker.errors import CallTimeout, VesselError, WorkspaceError
+from broker.protocol import new_call_id
 from broker.queues import WORKSPACE_OP_TASK
-from broker.request import new_call_id
 
 if TYPE_CHECKING:
     from broker.client import VesselClient

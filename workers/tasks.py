@@ -37,14 +37,14 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 
 from broker.admission import Admission, Claim
-from broker.client import cancelled_result, finish_call, publish, results_in_admission
+from broker.admission.finish import finish_call, results_in_admission
+from broker.admission.publish import publish
 from broker.config import Settings
 from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
 from broker.errors import VesselError
 from broker.model import Deployment
+from broker.protocol import CallRequest, ToolResult, cancelled_result, worker_failed_text
 from broker.queues import TASK_NAMES, WORKSPACE_KINDS, Kind
-from broker.request import CallRequest
-from broker.result import ToolResult
 from workers import metrics
 from workers.execute import Executor
 from workers.output import with_workspace_lost
@@ -258,14 +258,10 @@ def _execute(
         result = runtime.executor.run(request, running.event)
     except Exception:  # Executor.run never raises; if it did, the call must still end
         _log.exception("call %s: the executor failed", request.call_id)
-        result = ToolResult(
-            call_id=request.call_id,
-            agent=request.agent,
-            tool=request.tool,
-            is_error=True,
-            output=f"{request.tool}: the worker failed to run this call",
-            duration_ms=round((time.monotonic() - started) * 1000, 3),
-            outcome="error",
+        result = ToolResult.error(
+            request,
+            worker_failed_text(request.tool),
+            duration_ms=(time.monotonic() - started) * 1000,
         )
     finally:
         runtime._watchdog.unwatch(watch)

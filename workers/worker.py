@@ -32,7 +32,8 @@ warm: running calls finish and store their results; then the worker leaves its
 lanes. A broker outage is ridden out (`workers.outage`, docs/broker-outages.md);
 one longer than VESSEL_BROKER_OUTAGE_SECONDS stops the worker with one line.
 
-`embedded_client` builds the same pieces in-process for the embedded default.
+`workers.embedded.embedded_client` builds the same pieces in-process for the
+embedded default.
 """
 
 from __future__ import annotations
@@ -45,8 +46,7 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,16 +56,22 @@ from celery.utils.nodenames import default_nodename, host_format
 
 from broker import fast_path
 from broker.admission import Admission, RedisAdmission, Subscription
-from broker.celery_app import make_app
-from broker.client import VesselClient, longest_tool_seconds, publish
+from broker.admission.keys import END_TURN_PREFIX
+from broker.admission.publish import publish
+from broker.celery_app import longest_timeout, make_app
 from broker.config import Settings, hide_password
 from broker.connect import redis_client
 from broker.constants import ENV_HOST_ID
-from broker.embedded import LocalAdmission, embedded_worker
 from broker.errors import BrokerUnavailable, ConfigError, MissingBrokerURL
 from broker.model import Deployment
+from broker.protocol import (
+    RESULT_STATE,
+    CallRequest,
+    ToolResult,
+    store_result,
+    worker_stopped_text,
+)
 from broker.queues import (
-    END_TURN_PREFIX,
     WORKSPACE_KINDS,
     Kind,
     check_host_id,
@@ -73,8 +79,6 @@ from broker.queues import (
     home_lane,
     shared_lane,
 )
-from broker.request import CallRequest
-from broker.result import ToolResult
 from workers.banner import startup_lines, worker_class
 from workers.execute import Executor
 from workers.metrics import start_metrics_server
@@ -95,9 +99,10 @@ __all__ = [
     "build_runtime",
     "check_eviction_policy",
     "check_plugin_locks",
-    "embedded_client",
+    "close_executor",
     "host_id_from_environ",
     "lanes_for",
+    "on_cancel_channel",
     "run_worker",
 ]
 
@@ -308,7 +313,7 @@ class _Housekeeper:
         #: Outages seen ended (`beat` reasserts running calls' claims after each).
         self._seen = 0
         # The longest lease: a reasserted claim outlives any call running here.
-        longest = longest_tool_seconds(runtime.deployment) + runtime.settings.lease_grace_seconds
+        longest = longest_timeout(runtime.deployment) + runtime.settings.lease_grace_seconds
         self._claim_ttl_ms = int(longest * 1000)
         #: Called with the heartbeat TTL at each beat (the failed self-test's report).
         self._report = report
@@ -395,23 +400,18 @@ def _answer_lost(runtime: CallRuntime, call_id: str, message: str) -> None:
     between the two writes), the call is not run again, since it may have had
     its effect, and the platform gets an error result saying so.
     """
-    meta = runtime.app.backend.get_task_meta(call_id)
-    if meta.get("status") == "SUCCESS" or not message:
+    backend = runtime.app.backend
+    if backend.get_task_meta(call_id).get("status") == RESULT_STATE or not message:
         return
     request = CallRequest.from_message(json.loads(message))
     _log.warning("call %s: its worker stopped before storing the result", call_id)
-    lost = ToolResult(
-        call_id=call_id,
-        agent=request.agent,
-        tool=request.tool,
-        is_error=True,
-        output=f"{request.tool}: the worker running this call stopped before it returned",
-        outcome="killed",
-    )
-    runtime.app.backend.store_result(call_id, lost.to_dict(), "SUCCESS")
+    text = worker_stopped_text(request.tool)
+    store_result(backend, ToolResult.error(request, text, outcome="killed"))
 
 
-def _on_message(runtime: CallRuntime, workspaces: WorkspaceStore | None, message: str) -> None:
+def on_cancel_channel(
+    runtime: CallRuntime, workspaces: WorkspaceStore | None, message: str
+) -> None:
     """A message on the cancel channel: a call id to stop, or a turn that ended."""
     if not message.startswith(END_TURN_PREFIX):
         runtime.on_cancel(message)
@@ -444,7 +444,7 @@ def build_runtime(
     With `workspaces` (sandbox), the workspace operations' task too; with
     `host_id`, calls of a turn run at the turn's home only.
     """
-    app: Celery = make_app(settings, longest_tool_seconds=longest_tool_seconds(deployment))
+    app: Celery = make_app(settings, longest_tool_seconds=longest_timeout(deployment))
     runtime = CallRuntime(
         app=app,
         admission=admission,
@@ -484,7 +484,7 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
 
         # host.workspace runs on the turn's home host, through a client of this
         # worker's own (connected at the first operation, after the checks below).
-        routed = RoutedFiles(functools.partial(VesselClient, deployment, settings))
+        routed = RoutedFiles.of(deployment, settings)
     executor, workspaces = build_executor(
         deployment, options.kind, options.agents, workspace_files=routed
     )
@@ -519,7 +519,7 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     lanes = {lane: concurrency for lane in lanes_for(options.kind, options.agents, host_id)}
     outage_exit = OutageExit(f"vessel-workers worker {options.kind}")
     subscription: Subscription = admission.listen_cancels(
-        functools.partial(_on_message, runtime, workspaces)
+        functools.partial(on_cancel_channel, runtime, workspaces)
     )
     if options.metrics_port is not None:
         start_metrics_server(options.metrics_port)
@@ -556,7 +556,7 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
     finally:
         housekeeper.stop()
         subscription.close()
-        _close(executor)
+        close_executor(executor)
         admission.close()
     outage_exit.report()
     return int(worker.exitcode or 0)
@@ -580,7 +580,8 @@ def _fast_path_report(
     return functools.partial(admission.turn_fast_path_off, reason)
 
 
-def _close(executor: Executor) -> None:
+def close_executor(executor: Executor) -> None:
+    """Close what the executor's runners hold (connections, launchers, runtimes)."""
     if executor.service is not None:
         executor.service.close()
     if executor.sandbox is not None:
@@ -590,44 +591,3 @@ def _close(executor: Executor) -> None:
         bridge = getattr(executor.plugin, "bridge", None)
         if bridge is not None:
             bridge.close()
-
-
-@contextmanager
-def embedded_client(
-    deployment: Deployment,
-    settings: Settings,
-    kind: Kind,
-    agents: Sequence[str] | None = None,
-    *,
-    plugins: Sequence[str] | None = None,
-) -> Iterator[VesselClient]:
-    """A client with an in-process broker, admission and worker of `kind`.
-
-    `agents` limits whose secrets a service worker resolves, `plugins` whose
-    settings a plugin worker resolves (default: all). Raises
-    ConfinementUnavailable (sandbox) or MissingSecret (service, plugin) before
-    anything starts.
-    """
-    executor, _workspaces = build_executor(deployment, kind, agents, plugins=plugins)
-    admission: Admission = LocalAdmission()
-    hostname = f"embedded-{os.getpid()}@{socket.gethostname()}"
-    # One host: every turn's home, so no home lane (LocalAdmission never moves a call).
-    runtime = build_runtime(
-        deployment,
-        settings,
-        kind,
-        admission=admission,
-        executor=executor,
-        hostname=hostname,
-        workspaces=_workspaces,
-    )
-    app = runtime.app
-    lane = shared_lane(kind)
-    subscription = admission.listen_cancels(functools.partial(_on_message, runtime, _workspaces))
-    try:
-        with embedded_worker(app, queues=[lane], concurrency=2):
-            publish(app, admission.heartbeat(kind, hostname, {lane: 2}, 0))
-            yield VesselClient(deployment, settings, app=app, admission=admission)
-    finally:
-        subscription.close()
-        _close(executor)

@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.queues import TASK_NAMES, call_key, shared_lane
+from broker.admission.keys import call_key
+from broker.queues import TASK_NAMES, shared_lane
 from workers.sandbox.workspace import WorkspaceStore
 
 from .conftest import REPO, Cluster, processes_with

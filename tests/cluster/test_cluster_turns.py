@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from broker.admission.keys import home_key
 from broker.errors import WorkspaceError
-from broker.queues import home_key, home_lane
+from broker.queues import home_lane
 from workers.output import WORKSPACE_LOST_TEXT
 from workers.worker import host_id_from_environ
 

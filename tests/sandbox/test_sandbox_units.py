@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.protocol import format_seconds
 from workers.sandbox import (
     bwrap,
     call_results,
@@ -39,7 +40,7 @@ from workers.sandbox import (
 )
 from workers.sandbox import workspace as workspace_module
 from workers.sandbox.outbox import collect_outbox, ensure_mount_point, escaped_name, unsafe_name
-from workers.sandbox.runner import SandboxRunner, format_seconds, timed_out_text
+from workers.sandbox.runner import SandboxRunner, timed_out_text
 from workers.sandbox.workspace import WorkspaceStore, default_workspace_root
 
 from .conftest import Sandbox

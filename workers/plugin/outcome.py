@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.model import Agent, PluginTool
-from broker.result import ToolResult
+from broker.protocol import CANCELLED_TEXT, ToolResult
 from workers.output import cut_output
 from workers.sandbox.runner import timed_out_text
 from workers.service.redact import Redactor
@@ -51,7 +51,7 @@ def outcome(
     if kind == "memory":
         return failed(f"{tool.name}: {memory_text(tool.memory_limit_mb)}", "killed")
     if kind == "cancelled":
-        return failed("[cancelled]", "cancelled")
+        return failed(CANCELLED_TEXT, "cancelled")
     if kind == "serialize":
         return failed(f"{tool.name}: the result is not JSON: {message}")
     if kind == "load":

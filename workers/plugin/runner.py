@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.model import Agent, Deployment, PluginTool
-from broker.request import Initiator
-from broker.result import ToolResult
+from broker.protocol import CANCELLED_TEXT, Initiator, ToolResult
 from workers.plugin.confine import PLUGIN_ROOT, Confinement
 from workers.plugin.exchange import (
     KILL_GRACE_SECONDS,
@@ -162,7 +161,7 @@ class PluginRunner:
             return result(is_error=True, output=text, outcome=outcome)
 
         if cancel is not None and cancel.is_set():
-            return failed("[cancelled]", "cancelled")
+            return failed(CANCELLED_TEXT, "cancelled")
         slug = tool.plugin
         if slug in self._unavailable:
             return failed(f"{tool.name}: [plugin runtime unavailable: {self._unavailable[slug]}]")

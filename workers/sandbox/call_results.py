@@ -16,7 +16,7 @@ from typing import Any
 
 from broker.constants import PACKAGE_PATH, SANDBOX_HOME
 from broker.model import Agent, AgentSettings
-from broker.result import ToolResult
+from broker.protocol import CANCELLED_TEXT, ToolResult, format_seconds
 from workers.output import cut_output
 from workers.sandbox.cgroup import CallCgroup
 from workers.sandbox.limits import MIB, Limits
@@ -26,7 +26,6 @@ from workers.sandbox.watchdog import Usage
 __all__ = [
     "cpu_limit_text",
     "finished_result",
-    "format_seconds",
     "scrub_host_paths",
     "timed_out_text",
     "workspace_limit_text",
@@ -36,11 +35,6 @@ _SIGNAL_BASE = 128  # bwrap reports a command killed by signal N as exit status 
 #: Set-up errors printed before the tool's command ran (bwrap's, the direct
 #: path's wrapper's, a launcher child's): they may name host paths.
 _SETUP_ERROR_PREFIXES = ("bwrap: ", "sh: ", "launcher: ")
-
-
-def format_seconds(seconds: float) -> str:
-    """Seed 000's N: an integer when whole (`2`), else as written (`1.5`)."""
-    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds}"
 
 
 def timed_out_text(seconds: float) -> str:
@@ -124,7 +118,7 @@ def finished_result(
     if finished.reason == "timeout":
         return result(is_error=True, output=timed_out_text(timeout), outcome="timeout", **files)
     if finished.reason == "cancelled":
-        return result(is_error=True, output="[cancelled]", outcome="cancelled", **files)
+        return result(is_error=True, output=CANCELLED_TEXT, outcome="cancelled", **files)
     text, dropped = cut_output(
         finished.text, settings.tool_output_chars, already_dropped=finished.dropped_chars
     )

@@ -65,12 +65,11 @@ from broker.constants import (
     DEFAULT_WORKDIR,
 )
 from broker.model import Agent, AgentSettings, DeclaredTool
-from broker.result import ToolResult
+from broker.protocol import CANCELLED_TEXT, ToolResult
 from workers.sandbox.bwrap import COMMAND_PREFIX, Layout
 from workers.sandbox.call_results import (
     cpu_limit_text,
     finished_result,
-    format_seconds,
     scrub_host_paths,
     timed_out_text,
     workspace_limit_text,
@@ -91,7 +90,6 @@ __all__ = [
     "SandboxRunner",
     # The outcome texts live in call_results; named here too for their users.
     "cpu_limit_text",
-    "format_seconds",
     "timed_out_text",
     "workspace_limit_text",
 ]
@@ -259,7 +257,7 @@ class SandboxRunner:
             )
 
         if cancel is not None and cancel.is_set():
-            return result(is_error=True, output="[cancelled]", outcome="cancelled")
+            return result(is_error=True, output=CANCELLED_TEXT, outcome="cancelled")
         spawner = self._spawner
         if spawner is None or not self._msgqueue_ok:
             missing = (

@@ -21,6 +21,7 @@ the first operation: a worker that serves no `host.workspace` opens none).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,8 @@ from workers.plugin.host.context import HostFailed
 
 if TYPE_CHECKING:
     from broker.client import VesselClient
+    from broker.config import Settings
+    from broker.model import Deployment
     from workers.plugin.host.context import HostContext
 
 __all__ = ["RoutedFiles"]
@@ -48,6 +51,13 @@ class RoutedFiles:
         self._client: VesselClient | None = None
         self._lock = threading.Lock()
 
+    @classmethod
+    def of(cls, deployment: Deployment, settings: Settings) -> RoutedFiles:
+        """Routed through a client of the worker's own for this deployment."""
+        from broker.client import VesselClient  # noqa: PLC0415 (only plugin workers use one)
+
+        return cls(functools.partial(VesselClient, deployment, settings))
+
     def _client_now(self) -> VesselClient:
         with self._lock:
             if self._client is None:
@@ -55,7 +65,8 @@ class RoutedFiles:
             return self._client
 
     def _files(self, context: HostContext, method: str) -> TurnFiles:
-        assert context.turn is not None  # workspace_call refuses a call with no turn
+        if context.turn is None:  # workspace_call refuses these first
+            raise HostFailed(f"host.workspace.{method} failed: this call has no turn")
         left = context.seconds_left()
         if left < _MIN_SECONDS:
             raise HostFailed(f"host.workspace.{method} failed: the call's time is up")
