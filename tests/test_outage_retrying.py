@@ -22,7 +22,7 @@ from broker.errors import BrokerUnavailable, ConfigError, TransientError
 from broker.loading import load_deployment
 from broker.retrying import Outage, retry, unreachable
 from workers.outage import wait_for_broker
-from workers.worker import check_eviction_policy
+from workers.preflight import check_eviction_policy
 
 
 def _down_url() -> str:

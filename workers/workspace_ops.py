@@ -207,7 +207,8 @@ def perform(
     path = check_path(path, allow_root=op == "list")
     try:
         if op == "put":
-            assert data is not None
+            if data is None:
+                raise OpRefused(f"put {path}: no data was given")
             cap = MAX_FILE_BYTES if put_cap is None else min(put_cap, MAX_FILE_BYTES)
             if len(data) > cap:
                 raise OpRefused(f"{len(data)} bytes is over the {cap}-byte limit of one file")

@@ -24,7 +24,7 @@ import pytest
 from broker.errors import WorkspaceError
 from broker.queues import home_key, home_lane
 from workers.output import WORKSPACE_LOST_TEXT
-from workers.worker import host_id_from_environ
+from workers.preflight import host_id_from_environ
 
 from .conftest import REPO, Cluster
 

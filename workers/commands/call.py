@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         try:
             if settings.embedded:
-                from workers.worker import embedded_client  # noqa: PLC0415
+                from workers.embedded import embedded_client  # noqa: PLC0415
 
                 # Only the called agent's secrets are needed here.
                 embedded = embedded_client(

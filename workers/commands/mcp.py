@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         try:
             if settings.embedded:
-                from workers.worker import embedded_client  # noqa: PLC0415
+                from workers.embedded import embedded_client  # noqa: PLC0415
 
                 kinds = sorted({tool.kind for tool in agent.tools.values()})
                 if len(kinds) > 1:
