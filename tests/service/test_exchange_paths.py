@@ -67,10 +67,10 @@ def black_hole() -> Iterator[str]:
 
 def test_the_default_transport_runs_exchanges_inline(make_caller) -> None:
     setup = make_caller("http://127.0.0.1:9")
-    assert stops_by_itself(setup.caller._client._transport)
-    assert setup.caller._inline
+    assert setup.caller.runs_inline
     plain = make_caller("http://127.0.0.1:9", transport=httpx.HTTPTransport())
-    assert not plain.caller._inline
+    assert not plain.caller.runs_inline
+    assert not stops_by_itself(httpx.HTTPTransport())
 
 
 def test_a_connect_nobody_answers_times_out(black_hole, make_caller, path) -> None:
