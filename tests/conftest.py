@@ -75,3 +75,19 @@ def redis_url(redis_server: str) -> Iterator[str]:
     client.flushdb()
     client.close()
     yield url
+
+
+#: Modules whose tests start real worker clusters with tool limits of a few seconds:
+#: under pytest-xdist they share one group (one process), so two of them never run at once.
+_CLUSTER_FOLDERS = ("cluster", "watch")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give every test an xdist_group (`--dist loadgroup`, pyproject.toml): its module's,
+    so a module's fixtures start once, or one shared by the cluster modules."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        path = item.path.relative_to(REPO / "tests")
+        group = "cluster" if path.parts[0] in _CLUSTER_FOLDERS else str(path)
+        item.add_marker(pytest.mark.xdist_group(group))
