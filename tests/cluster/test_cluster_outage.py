@@ -28,10 +28,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from bench.redis_server import free_port
 from broker.client import CallHandle
 from broker.errors import BrokerLostCall, TransientError
 
-from .conftest import CLUSTER_ENV, REPO, Cluster, Recorder, free_port, serve, write_deployment
+from .conftest import CLUSTER_ENV, REPO, Cluster, Recorder, serve, write_deployment
 
 pytestmark = [
     pytest.mark.cluster,

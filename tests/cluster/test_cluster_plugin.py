@@ -18,9 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.redis_server import free_port
 from broker.request import Initiator
 
-from .conftest import CLUSTER_ENV, REPO, Cluster, Recorder, free_port, serve, start_redis
+from .conftest import CLUSTER_ENV, REPO, Cluster, Recorder, serve, start_redis
 
 pytestmark = [
     pytest.mark.cluster,
