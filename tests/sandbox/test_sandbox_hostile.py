@@ -986,7 +986,7 @@ def test_abstract_socket_bound_outside_the_call_is_unreachable(sandbox: Sandbox)
     script = _UNCONNECTED_DGRAM + (
         "import os, time\n"
         "open('/tmp/vessel/ready', 'w').close()\n"
-        "deadline = time.monotonic() + 4\n"
+        "deadline = time.monotonic() + 20\n"
         "while not os.path.exists('/tmp/vessel/go') and time.monotonic() < deadline:\n"
         "    time.sleep(0.01)\n"
         "c, peer = unconnected_dgram()\n"
@@ -999,12 +999,13 @@ def test_abstract_socket_bound_outside_the_call_is_unreachable(sandbox: Sandbox)
     outputs: list[str] = []
     call = threading.Thread(
         target=lambda: outputs.append(
-            sandbox.call(script, name=tool, turn="scope", timeout=6).output
+            sandbox.call(script, name=tool, turn="scope", timeout=30).output
         )
     )
     call.start()
     try:
-        deadline = time.monotonic() + 4
+        # Generous waits: a loaded host may take seconds to start the call.
+        deadline = time.monotonic() + 20
         while not (workspace / "ready").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
         pid = _pid_running(f"/agent/tools/{tool}.py")
@@ -1044,7 +1045,7 @@ def test_abstract_socket_bound_outside_the_call_is_unreachable(sandbox: Sandbox)
         rest, _ = listener.communicate(timeout=5)
     finally:
         (workspace / "go").touch()
-        call.join(10)
+        call.join(30)
     assert first == "bound\n", first + rest
     assert outputs == ["refused 1\n"]
     assert rest == "nothing\n"
