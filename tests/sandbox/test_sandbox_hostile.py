@@ -529,10 +529,11 @@ def test_spin_two_threads_past_rlimit_cpu_without_cgroups(
         sandbox.runner.workspaces, cgroups=CgroupSettings(mode="off"), launchers=launchers
     )
     assert sandbox.runner.cgroup_controllers == ()
-    # RLIMIT_CPU = ceil(4 s x 0.25) = 1 CPU-second: 2 spinning threads reach it in
-    # about half a second of wall clock, long before the 4 s timeout.
-    script = SPIN.format(threads=2, before="", seconds=10)
-    result = sandbox.call(script, cpu_limit=0.25, timeout=4)
+    # RLIMIT_CPU = ceil(20 s x 0.05) = 1 CPU-second: 2 spinning threads reach it in
+    # about half a second of wall clock, long before the 20-s timeout (generous: on a
+    # loaded host the threads may get a tenth of a core).
+    script = SPIN.format(threads=2, before="", seconds=30)
+    result = sandbox.call(script, cpu_limit=0.05, timeout=20)
     assert (result.outcome, result.output) == (
         "killed",
         "[stopped after 1 s of CPU time: the tool's CPU limit]",
@@ -544,8 +545,10 @@ def test_ignore_sigxcpu_and_spin_on(sandbox: Sandbox) -> None:
     # tree's CPU time (the launcher's rusage) still names the cause.
     sandbox.runner = SandboxRunner(sandbox.runner.workspaces, cgroups=CgroupSettings(mode="off"))
     before = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"
-    script = SPIN.format(threads=2, before=before, seconds=10)
-    result = sandbox.call(script, cpu_limit=0.2, timeout=5)
+    # RLIMIT_CPU = ceil(20 s x 0.05) = 1 CPU-second, as with a 5-s limit at 0.2; the
+    # long wall-clock limit leaves room for a loaded host.
+    script = SPIN.format(threads=2, before=before, seconds=30)
+    result = sandbox.call(script, cpu_limit=0.05, timeout=20)
     assert (result.outcome, result.output) == (
         "killed",
         "[stopped after 2 s of CPU time: the tool's CPU limit]",
