@@ -126,7 +126,7 @@ def _worker_section(folder: Path, calls: int, top: int) -> str:
     from broker.config import Settings
     from broker.queues import shared_lane
     from workers import tasks
-    from workers.worker import build_executor, build_runtime
+    from workers.assembly import build_executor, build_runtime
 
     reports = []
     with Cluster(folder / "worker") as cluster:
@@ -231,7 +231,7 @@ def _steps_section(folder: Path, calls: int, top: int) -> str:
     from broker.admission.publish import publish
     from broker.queues import shared_lane
     from broker.request import CallRequest
-    from workers.worker import build_executor
+    from workers.assembly import build_executor
 
     with Cluster(folder / "steps") as cluster:
         cluster.start_redis()
@@ -328,7 +328,7 @@ def _burst_section(folder: Path, calls: int, top: int) -> str:
     from broker.admission.publish import publish
     from broker.config import Settings
     from broker.queues import shared_lane
-    from workers.worker import build_executor, build_runtime
+    from workers.assembly import build_executor, build_runtime
 
     profilers: list[cProfile.Profile] = []
     lock = threading.Lock()

@@ -3,7 +3,7 @@
 With `VESSEL_BROKER_URL` unset, `vessel-workers call` and `vessel-workers mcp`
 run the call the whole way it goes in production, in this process
 (`broker.embedded`): the client submits through admission (`LocalAdmission`),
-a Celery worker thread built as `workers.worker` builds one runs it, and the
+a Celery worker thread built as a worker builds one (`workers.assembly`) runs it, and the
 result comes back through the in-memory result backend.
 
 It is where the two sides meet, like the command line: the worker modules
@@ -25,7 +25,7 @@ from broker.config import Settings
 from broker.embedded import embedded_worker
 from broker.model import Deployment
 from broker.queues import Kind, shared_lane
-from workers.worker import build_executor, build_runtime, close_executor, on_cancel_channel
+from workers.assembly import build_executor, build_runtime, close_executor, on_cancel_message
 
 __all__ = ["embedded_client"]
 
@@ -62,7 +62,7 @@ def embedded_client(
     app = runtime.app
     lane = shared_lane(kind)
     subscription = admission.listen_cancels(
-        functools.partial(on_cancel_channel, runtime, _workspaces)
+        functools.partial(on_cancel_message, runtime, _workspaces)
     )
     try:
         with embedded_worker(app, queues=[lane], concurrency=2):

@@ -260,7 +260,8 @@ def perform(
     path = check_path(path, allow_root=op == "list")
     try:
         if op == "put":
-            assert data is not None
+            if data is None:
+                raise OpRefused(f"put {path}: no data was given")
             cap = _cap(put_cap, MAX_FILE_BYTES)
             if len(data) > cap:
                 raise OpRefused(

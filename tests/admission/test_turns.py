@@ -292,8 +292,9 @@ def test_a_host_is_one_workspace_root(tmp_path) -> None:
     import socket
 
     from broker.errors import ConfigError
+    from workers.preflight import host_id_from_environ
     from workers.sandbox.workspace import DEFAULT_WORKSPACE_ROOT
-    from workers.worker import host_id_from_environ, lanes_for
+    from workers.worker import lanes_for
 
     assert host_id_from_environ({"VESSEL_HOST_ID": "box-3"}) == "box-3"
     with pytest.raises(ConfigError, match="VESSEL_HOST_ID"):

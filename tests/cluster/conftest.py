@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 import redis
 
+from bench.redis_server import start_redis_server
 from broker.client import VesselClient
 from broker.config import Settings
 from broker.loading import load_deployment
@@ -42,40 +42,10 @@ CLUSTER_ENV = {
 }
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_redis(folder: Path, *, policy: str = "noeviction") -> tuple[subprocess.Popen[bytes], str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            *(binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""),
-            *("--appendonly", "no", "--maxmemory-policy", policy, "--dir", str(folder)),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail("redis-server did not start")
-            time.sleep(0.05)
-    client.close()
-    return proc, f"redis://127.0.0.1:{port}/0"
+    """A private redis-server (bench.redis_server) and the URL of its database 0."""
+    server = start_redis_server(folder, policy=policy)
+    return server.proc, f"{server.url}/0"
 
 
 # --- the recording HTTP server ------------------------------------------------------

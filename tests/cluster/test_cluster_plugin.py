@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.redis_server import free_port
 from broker.request import Initiator
 
 from .conftest import (
@@ -27,7 +28,6 @@ from .conftest import (
     Recorder,
     check_deployment,
     cluster_env,
-    free_port,
     serve,
     start_redis,
 )

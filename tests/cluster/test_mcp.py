@@ -27,6 +27,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from bench.redis_server import free_port
 from broker.loading import load_deployment
 from broker.tool_formats import in_format, listed
 
@@ -35,7 +36,6 @@ from .conftest import (
     REPO,
     Cluster,
     Recorder,
-    free_port,
     processes_with,
     serve,
     start_redis,

@@ -11,7 +11,6 @@ import resource
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -43,7 +42,7 @@ from workers.sandbox.outbox import collect_outbox, ensure_mount_point, escaped_n
 from workers.sandbox.runner import SandboxRunner, timed_out_text
 from workers.sandbox.workspace import WorkspaceStore, default_workspace_root
 
-from .conftest import Sandbox
+from .conftest import Marked, Sandbox
 
 # --- outbox -------------------------------------------------------------------------------
 
@@ -387,10 +386,9 @@ def test_output_hard_cap_kills_and_says_so(sandbox: Sandbox) -> None:
 # --- cancel ---------------------------------------------------------------------------------
 
 
-def test_cancel_from_another_thread_kills_the_tree(
-    sandbox: Sandbox, stops_growing: Callable[..., bool]
-) -> None:
-    loop = "while :; do echo x >> /tmp/vessel/marker; sleep 0.05; done"
+def test_cancel_from_another_thread_kills_the_tree(sandbox: Sandbox, marked: Marked) -> None:
+    loop = marked.loop
+    running: list[int] = []
     cancel = threading.Event()
     marker = sandbox.workspace("cancel") / "marker"
 
@@ -398,8 +396,9 @@ def test_cancel_from_another_thread_kills_the_tree(
         deadline = time.monotonic() + 5
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
-        cancel.set()
+        running.extend(marked.pids())
         set_at.append(time.monotonic())
+        cancel.set()
 
     set_at: list[float] = []
     setter = threading.Thread(target=set_later)
@@ -411,9 +410,11 @@ def test_cancel_from_another_thread_kills_the_tree(
     setter.join()
     assert result.output == "[cancelled]"
     assert (result.outcome, result.is_error) == ("cancelled", True)
-    # The loop polls every 50 ms; the rest is the kill and the namespace teardown.
-    assert returned - set_at[0] < 0.5, returned - set_at[0]
-    assert stops_growing(marker)
+    # At the cancel, not at the 10-s limit nor after `sleep 30`: the runner polls every
+    # 50 ms; the rest is the kill and the namespace teardown, slow on a loaded host.
+    assert returned - set_at[0] < 3.0, returned - set_at[0]
+    assert running  # the tagged loop ran (the proof below is not vacuous)
+    assert marked.gone()
 
 
 def test_cancel_before_start_spawns_nothing(sandbox: Sandbox) -> None:
