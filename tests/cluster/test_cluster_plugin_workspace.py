@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from broker.queues import home_key
+from broker.admission.keys import home_key
 
 from .conftest import WS_PY, Cluster, Recorder, check_deployment, cluster_env, start_redis
 
