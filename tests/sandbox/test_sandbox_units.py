@@ -346,7 +346,9 @@ def test_format_seconds_like_the_seed() -> None:
 def test_timeout_text_and_prompt_return(sandbox: Sandbox) -> None:
     started = time.monotonic()
     result = sandbox.call(shell="echo partial; sleep 30", timeout=1)
-    assert time.monotonic() - started < 3.0
+    # Prompt: back long before the tool's own 30 s (a loaded 2-core machine
+    # takes seconds to start and reap a confined call; that is not a hang).
+    assert time.monotonic() - started < 15.0
     assert result.output == "[timed out after 1 s]"
     assert (result.outcome, result.is_error, result.exit_code) == ("timeout", True, None)
 
