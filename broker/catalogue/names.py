@@ -24,9 +24,11 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     """'; did you mean 'x'?' for the closest of `known`, or '' when none is close.
 
     A name without its plugin's prefix (`get_forecast` for `weather__get_forecast`)
-    is matched to the final names that end with it, the likeliest slip.
+    is matched to the final names that end with it, the likeliest slip; then
+    the closest by spelling; then one that begins the other.
     """
     names = sorted(set(known))
     suffixed = [n for n in names if n.endswith(f"__{name}")]
     close = suffixed[:1] or difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    close = close or [n for n in names if name.startswith(n) or n.startswith(name)][:1]
     return f"; did you mean {close[0]!r}?" if close else ""
