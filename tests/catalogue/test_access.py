@@ -16,6 +16,7 @@ from broker.loading import check_deployment, load_deployment
 
 from .conftest import DEPLOYMENT, REPO, Published, cli, copy_tree
 
+
 def _problems(published: Published, tmp_path: Path, old: str, new: str) -> list[str]:
     path = copy_tree(published, tmp_path)
     assert old in DEPLOYMENT
@@ -136,7 +137,9 @@ def test_a_package_has_at_most_3_always_listed_tools(published: Published, tmp_p
     path = copy_tree(published, tmp_path)
     for tool in ("echo", "calc", "shout"):
         file = path.parent / "crew" / "tools" / f"{tool}.toml"
-        file.write_text(file.read_text().replace("[parameters]", "always_listed = true\n[parameters]"))
+        file.write_text(
+            file.read_text().replace("[parameters]", "always_listed = true\n[parameters]")
+        )
     problems = [str(p) for p in check_deployment(path)]
     assert len(problems) == 1, problems
     assert problems[0].endswith(
