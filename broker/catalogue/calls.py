@@ -82,7 +82,7 @@ def search_text(entry: AgentCatalogue, query: str, limit: int, max_chars: int) -
             if close
             else " Try other words: what you want done, or the kind of thing it works on."
         )
-        if not entry.placement.searchable:
+        if not entry.placement.with_builtins:
             return (
                 "No tool matches: every tool you can use is already in your tool list; "
                 "call it by its name."

@@ -42,6 +42,7 @@ class AgentCatalogue:
             listing += builtin_listing()
         self._listing = listing
         self._index: SearchIndex | None = None
+        self._searchable: list[str] = []
         self._lock = threading.Lock()
 
     def listed(self) -> list[dict[str, Any]]:
@@ -58,7 +59,7 @@ class AgentCatalogue:
                 "reason": reason,
                 "permissions": _permissions(tools[name]),
             }
-            for name, (state, reason) in self.placement.states.items()
+            for name, (state, reason) in self.placement.states().items()
         ]
 
     def index(self) -> SearchIndex:
@@ -66,20 +67,25 @@ class AgentCatalogue:
         with self._lock:
             if self._index is None:
                 tools = self.agent.tools
+                self._searchable = self.placement.searchable()
                 self._index = SearchIndex(
                     [
                         tool_words(name, tools[name].description, tools[name].parameters)
-                        for name in self.placement.searchable
+                        for name in self._searchable
                     ]
                 )
             return self._index
 
+    def searchable(self) -> list[str]:
+        """The names search_tools ranks, in the order of all tools."""
+        self.index()
+        return list(self._searchable)
+
     def search(self, query: str, limit: int) -> list[dict[str, Any]]:
         """The best `limit` searchable tools for `query` (`[]`: none matches)."""
-        searchable = self.placement.searchable
-        return [
-            self.agent.tools[searchable[p]].listing() for p in self.index().search(query, limit)
-        ]
+        found = self.index().search(query, limit)
+        searchable, tools = self._searchable, self.agent.tools
+        return [tools[searchable[p]].listing() for p in found]
 
     def suggest(self, query: str) -> list[str]:
         """Words the searchable tools hold that are close to the query's."""

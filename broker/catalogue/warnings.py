@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from broker.catalogue.catalogue import Catalogue
 from broker.catalogue.names import MODEL_NAME_LIMIT
-from broker.catalogue.placement import ALWAYS, PINNED
 from broker.model import Deployment
 
 __all__ = ["catalogue_warnings"]
@@ -34,8 +33,7 @@ def catalogue_warnings(deployment: Deployment) -> list[str]:
         size = len(entry.listed())
         limit = agent.access.max_listed_tools
         if size > limit:
-            fixed = (PINNED, ALWAYS)
-            kept = sum(1 for _, reason in entry.placement.states.values() if reason in fixed)
+            kept = entry.placement.fixed
             lines.append(
                 f"{deployment.path}: agents[{index}].max_listed_tools: warning: agent "
                 f"{agent_id!r} is given {size} tools, more than its max_listed_tools {limit}: "

@@ -10,6 +10,7 @@ places when anything available is not listed.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from broker.catalogue import Catalogue
 from broker.loading import load_deployment
 
-from .conftest import PACKAGE, PLUGINS, REPO, Published, cli
+from .conftest import DEPLOYMENT, PACKAGE, PLUGINS, REPO, Published, cli, copy_tree
 
 ALL_TOOLS = [name for name, *_ in PACKAGE] + [
     f"{slug}__{key}" for slug, tools in PLUGINS.items() for key, *_ in tools
@@ -165,3 +166,35 @@ def test_check_warns_of_long_names_and_lists_past_the_limit(published: Published
         for line in lines
     ), lines
     assert lines[-1].endswith(": 4 agents, 160 tools, 3 plugins: valid")
+
+
+def test_pins_past_the_limit_with_nothing_hidden_need_no_search_tools(
+    published: Published, tmp_path: Path
+) -> None:
+    path = copy_tree(published, tmp_path)
+    old = 'tools = ["echo", "calc", "weather__get_forecast", "maps__geocode_address"]\n'
+    new = old + 'pin = ["echo", "calc", "maps__geocode_address"]\n'
+    text = DEPLOYMENT.replace(old, new).replace(
+        'id = "few"\npackage = "crew"\n', 'id = "few"\npackage = "crew"\nmax_listed_tools = 2\n'
+    )
+    assert text.count("max_listed_tools = 2\n") == 1
+    path.write_text(text)
+    printed = cli("tools", "-d", str(path), "few", cwd=REPO)
+    assert [e["name"] for e in json.loads(printed.stdout)] == [
+        "echo",
+        "calc",
+        "maps__geocode_address",
+        "weather__get_forecast",
+    ]
+    checked = cli("check", "-d", str(path), cwd=REPO)
+    assert checked.returncode == 0, checked.stdout
+    assert "agent 'few' is given 4 tools, more than its max_listed_tools 2" in checked.stdout
+
+
+def test_no_place_is_left_for_the_rest_past_the_pins_and_the_built_ins(
+    published: Published,
+) -> None:
+    # tight: 6 pinned or always listed, limit 3: no room is left for the rest.
+    states = {e["name"]: e["reason"] for e in _tools(published, "tight", "--all")}
+    assert states["echo"] == "over the limit"
+    assert [n for n, r in states.items() if r == "listed"] == []
