@@ -4,7 +4,7 @@
     id = "field-guide"
     package = "agents/field-guide"
     max_listed_tools = 128               # default; the rest go behind search_tools
-    [agents.access]
+    [agents.access]                      # (max_listed_tools may be set here instead)
     tools = "all"                        # default; or a list of final names
     deny = ["weather__get_forecast"]     # neither listed, searchable nor callable
     pin = ["notes__save_note"]           # always listed; a pin overrides deferred
@@ -27,22 +27,32 @@ from broker.model import Access, Agent
 
 __all__ = ["ACCESS_KEYS", "read_access"]
 
-ACCESS_KEYS = frozenset({"tools", "deny", "pin"})
+#: `max_listed_tools` is read in `[agents.access]` too (it decides the list as
+#: much as the rest), but set in one place only.
+ACCESS_KEYS = frozenset({"tools", "deny", "pin", "max_listed_tools"})
+_LIMIT = "max_listed_tools"
+
+
+def _read_limit(owner: Table) -> int | None:
+    limit = owner.positive_int(_LIMIT, default=DEFAULT_MAX_LISTED_TOOLS, maximum=MAX_LISTED_TOOLS)
+    if limit is not None and limit < MIN_LISTED_TOOLS:
+        owner.problem(
+            _LIMIT,
+            f"must be at least {MIN_LISTED_TOOLS}, not {limit}: search_tools and call_tool "
+            "take the last two places when some tools are not listed",
+        )
+        return None
+    return limit
 
 
 def read_access(table: Table, agent: Agent) -> Access | None:
     """`agent`'s access from its `[[agents]]` table; None (problems added) when wrong."""
     found = len(table.problems)
-    limit = table.positive_int(
-        "max_listed_tools", default=DEFAULT_MAX_LISTED_TOOLS, maximum=MAX_LISTED_TOOLS
-    )
-    if limit is not None and limit < MIN_LISTED_TOOLS:
-        table.problem(
-            "max_listed_tools",
-            f"must be at least {MIN_LISTED_TOOLS}, not {limit}: search_tools and call_tool "
-            "take the last two places when some tools are not listed",
-        )
     sub = table.table("access", keys=ACCESS_KEYS) if table.has("access") else None
+    if sub is not None and sub.has(_LIMIT) and table.has(_LIMIT):
+        sub.problem(_LIMIT, f"is set in {table.field(_LIMIT)} too: set it in one place")
+        return None
+    limit = _read_limit(sub if sub is not None and sub.has(_LIMIT) else table)
     if len(table.problems) > found or limit is None:
         return None
     if sub is None:

@@ -89,7 +89,7 @@ def test_a_name_listed_twice_is_a_problem(published: Published, tmp_path: Path) 
 
 def test_an_unknown_access_key_is_a_problem(published: Published, tmp_path: Path) -> None:
     line = _only(published, tmp_path, "deny = [", "denied = [")
-    assert line.startswith("agents[0].access.denied: unknown key (known keys: deny, pin, tools)")
+    assert line.startswith("agents[0].access.denied: unknown key (known keys: deny, max_listed_tools, pin, tools)")
 
 
 @pytest.mark.parametrize(
@@ -173,3 +173,21 @@ def test_an_agent_without_access_has_every_tool(published: Published) -> None:
     agent = load_deployment(published.path).agent("open")
     assert agent.access.tools is None and not agent.access.deny and not agent.access.pin
     assert agent.access.max_listed_tools == 128
+
+
+def test_max_listed_tools_may_be_set_in_access_but_in_one_place_only(
+    published: Published, tmp_path: Path
+) -> None:
+    moved = DEPLOYMENT.replace("max_listed_tools = 12\n", "", 1).replace(
+        'deny = ["weather__air_quality"', 'max_listed_tools = 12\ndeny = ["weather__air_quality"', 1
+    )
+    path = copy_tree(published, tmp_path)
+    path.write_text(moved)
+    assert load_deployment(path).agent("crew").access.max_listed_tools == 12
+    line = _only(
+        published, tmp_path / "both", 'deny = ["weather', 'max_listed_tools = 9\ndeny = ["weather'
+    )
+    assert line == (
+        "agents[0].access.max_listed_tools: is set in agents[0].max_listed_tools too: "
+        "set it in one place"
+    )
