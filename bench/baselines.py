@@ -8,6 +8,11 @@
   /etc allow-list and synthetic files, read-only remounts, the options memfd,
   the seccomp filter, rlimits, workspace and outbox bookkeeping, output
   shaping) is what the ratio prices.
+- `raw_bwrap_seeded_run`: the same raw bwrap given what the seeds require of
+  every call and the runner cannot leave out: the runner's seccomp filter
+  (`--seccomp`) and the environment rule (exactly the five variables: bwrap
+  sets PWD after --chdir, so `env -u PWD` runs before the command). P1's main
+  ratio is against it, so it prices the runner, not the seeds.
 - `raw_app`: a plain Celery app on its own Redis database and queues, with
   Celery's defaults (what one writes by hand), whose tasks are a no-op, a
   raw-bwrap `/bin/true`, and an httpx POST of `{}` to the bench's local server
@@ -49,6 +54,7 @@ __all__ = [
     "raw_app",
     "raw_bwrap_argv",
     "raw_bwrap_run",
+    "raw_bwrap_seeded_run",
     "raw_node_argv",
 ]
 
@@ -187,6 +193,27 @@ def raw_bwrap_run(
     return subprocess.run(
         raw_bwrap_argv(command, layout), input=stdin, capture_output=True, check=False
     )
+
+
+#: The environment rule by hand: bwrap sets PWD after --chdir, seed 000 allows five variables.
+_ENV_RULE = ("/usr/bin/env", "-u", "PWD", "--")
+
+
+def raw_bwrap_seeded_run(
+    command: Sequence[str], layout: SandboxLayout | None = None, stdin: bytes = b""
+) -> subprocess.CompletedProcess[bytes]:
+    """raw bwrap plus the runner's seccomp filter (a fresh memfd, as the runner's per
+    call) and `env -u PWD` before `command`."""
+    from workers.sandbox import seccomp  # the filter itself: the same rules, not a copy
+
+    argv = raw_bwrap_argv([*_ENV_RULE, *command], layout)
+    fd = seccomp.filter_fd()
+    try:
+        at = argv.index("--")
+        argv[at:at] = ["--seccomp", str(fd)]
+        return subprocess.run(argv, input=stdin, capture_output=True, check=False, pass_fds=(fd,))
+    finally:
+        os.close(fd)
 
 
 def make_raw_app(broker_url: str) -> Celery:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-import redis
-
 from bench.baselines import RAW_BROKER_ENV, RAW_SERVICE_URL_ENV
+from bench.redis_server import RedisServerError, free_port, redis_server_argv, wait_until_answering
 
 __all__ = ["Cluster", "ClusterError", "Proc", "free_port"]
 
@@ -36,12 +34,6 @@ _STOP_GRACE_SECONDS = 10.0
 
 class ClusterError(RuntimeError):
     """A process of the cluster did not start or died."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(kw_only=True)
@@ -142,37 +134,14 @@ class Cluster:
 
     def start_redis(self) -> str:
         """A redis-server of our own (noeviction, no persistence); its base URL."""
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise ClusterError("redis-server is not installed (apt-get install redis-server)")
         port = free_port()
         data = self.folder / "redis"
         data.mkdir(exist_ok=True)
-        proc = self._spawn(
-            "redis",
-            [
-                binary,
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--maxmemory-policy",
-                "noeviction",
-                "--databases",
-                "16",
-                "--dir",
-                str(data),
-            ],
-        )
-        client = redis.Redis(port=port)
         try:
-            self._wait(lambda: bool(client.ping()), proc, "redis-server", 10)
-        finally:
-            client.close()
+            proc = self._spawn("redis", redis_server_argv(port, data))
+            wait_until_answering(proc.popen, port)
+        except RedisServerError as exc:
+            raise ClusterError(f"{exc}; see {self.folder / 'redis.log'}") from None
         self.redis_port = port
         return f"redis://127.0.0.1:{port}"
 
@@ -222,6 +191,36 @@ class Cluster:
                 "VESSEL_BROKER_URL": broker_url,
                 "VESSEL_RESULT_BACKEND": broker_url,
                 "VESSEL_WORKSPACE_ROOT": str(workspaces),
+                **(env or {}),
+            },
+        )
+
+    def start_vessel_mcp(
+        self,
+        name: str,
+        agent: str,
+        *,
+        deployment: Path,
+        broker_url: str,
+        address: str,
+        env: dict[str, str] | None = None,
+    ) -> Proc:
+        """`vessel-workers mcp AGENT --http ADDRESS -d DEPLOYMENT` against `broker_url`."""
+        argv = [
+            str(VENV_BIN / "vessel-workers"),
+            "mcp",
+            agent,
+            "--http",
+            address,
+            "-d",
+            str(deployment),
+        ]
+        return self._spawn(
+            name,
+            argv,
+            env={
+                "VESSEL_BROKER_URL": broker_url,
+                "VESSEL_RESULT_BACKEND": broker_url,
                 **(env or {}),
             },
         )

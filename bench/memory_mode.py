@@ -25,23 +25,25 @@ _PAIRS = (
 )
 
 
-def run(ctx: Context) -> list[Row]:
+def run(ctx: Context, *, only: tuple[str, ...] = ()) -> list[Row]:
+    """Every pair's row, or only those whose our worker is in `only`."""
+    pairs = [p for p in _PAIRS if not only or p[2] in only]
     try:
         require_parts()
     except NotAvailable as exc:
         return [
-            Row(mode="MEM", name=n, unit="MiB", skipped=f"not measured: {exc}")
-            for n, _, _ in _PAIRS
+            Row(mode="MEM", name=n, unit="MiB", skipped=f"not measured: {exc}") for n, _, _ in pairs
         ]
     bench = cluster_of(ctx)
-    if not any(m in ctx.ran for m in ("P3", "P4")):
+    if not any(m in ctx.ran for m in ("P3", "P4", "PLUGIN")):
         # Start the workers so there is something to read; the figure is then
         # the peak of start-up and a few calls, and the note says so.
         bench.raw()
         bench.solo()
-    under = "under P3/P4 bursts" if any(m in ctx.ran for m in ("P3", "P4")) else "idle"
+    bursts = any(m in ctx.ran for m in ("P3", "P4", "PLUGIN"))
+    under = "under P3/P4 bursts" if bursts else "idle"
     rows = []
-    for name, base_name, ours_name in _PAIRS:
+    for name, base_name, ours_name in pairs:
         base = bench.workers.get(base_name)
         ours = bench.workers.get(ours_name)
         if base is None or ours is None:

@@ -36,9 +36,11 @@ from bench.report import Goal, Row
 from bench.stack import WORKER_SPECS, cluster_of
 from bench.turns import WrongResult, in_turns
 
-__all__ = ["GOAL", "GOAL_PLUGIN", "run"]
+__all__ = ["GOAL", "GOAL_PLUGIN", "plugin_row", "run"]
 
 GOAL = Goal(median_max=1.25)
+#: Issue 20: a declared call end to end no slower than raw Celery + raw bwrap.
+GOAL_DECLARED = Goal(median_max=1.0)
 #: Turn affinity (docs/turns.md) may cost at most 5%.
 GOAL_TURN = Goal(median_max=1.05)
 _TURN = "bench-p2-turn"
@@ -63,10 +65,10 @@ def run(ctx: Context) -> list[Row]:
             for n in _NAMES
         ]
     rows = _declared_and_service(ctx)
-    return [*rows, _plugin(ctx)]
+    return [*rows, plugin_row(ctx)]
 
 
-def _plugin(ctx: Context) -> Row:
+def plugin_row(ctx: Context) -> Row:
     iterations, warmup = (5, 2) if ctx.quick else (100, 10)
     bench = cluster_of(ctx)
     raw = bench.raw()
@@ -97,7 +99,7 @@ def _plugin(ctx: Context) -> Row:
         goal=GOAL_PLUGIN,
         errors=turns.errors_of("raw_node", "ours_plugin"),
         notes=f"one worker process each, pool {spec.pool} x{spec.concurrency}; a trivial "
-        "handler (return 1), every call in a fresh isolate",
+        "handler (return 1), every call in its own vm context",
     )
 
 
@@ -149,7 +151,7 @@ def _declared_and_service(ctx: Context) -> list[Row]:
             base_key="raw_bwrap",
             ours_key="ours_sandbox",
             base_name="raw Celery + raw bwrap",
-            goal=GOAL,
+            goal=GOAL_DECLARED,
             notes=f"one worker process each, pool {specs['sandbox']}",
         ),
         row(

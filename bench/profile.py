@@ -126,7 +126,7 @@ def _worker_section(folder: Path, calls: int, top: int) -> str:
     from broker.config import Settings
     from broker.queues import shared_lane
     from workers import tasks
-    from workers.worker import build_executor, build_runtime
+    from workers.assembly import build_executor, build_runtime
 
     reports = []
     with Cluster(folder / "worker") as cluster:
@@ -186,7 +186,7 @@ def _worker_section(folder: Path, calls: int, top: int) -> str:
                     shutdown_timeout=10,
                 ):
                     # A long-lived capacity record: the housekeeper is not running here.
-                    from broker.client import publish
+                    from broker.admission.publish import publish
 
                     publish(app, admission.heartbeat(kind, hostname, {lane: 1}, 600_000))
                     for _ in range(20):
@@ -227,10 +227,11 @@ def _steps_section(folder: Path, calls: int, top: int) -> str:
     from bench.deployment import TOOL_PING, write_deployment
     from bench.ours import OWNER, OursClient
     from bench.stats import summarize
-    from broker.client import finish_call, publish, results_in_admission
+    from broker.admission.finish import finish_call, results_in_admission
+    from broker.admission.publish import publish
     from broker.queues import shared_lane
     from broker.request import CallRequest
-    from workers.worker import build_executor
+    from workers.assembly import build_executor
 
     with Cluster(folder / "steps") as cluster:
         cluster.start_redis()
@@ -324,10 +325,10 @@ def _burst_section(folder: Path, calls: int, top: int) -> str:
     from bench.deployment import TOOL_PING, write_deployment
     from bench.ours import OursClient
     from broker.admission import RedisAdmission
-    from broker.client import publish
+    from broker.admission.publish import publish
     from broker.config import Settings
     from broker.queues import shared_lane
-    from workers.worker import build_executor, build_runtime
+    from workers.assembly import build_executor, build_runtime
 
     profilers: list[cProfile.Profile] = []
     lock = threading.Lock()

@@ -31,7 +31,7 @@ if sys.path and Path(sys.path[0]).resolve() == _REPO / "bench":
 from bench.context import Context  # noqa: E402  (needs the sys.path fix above)
 from bench.report import Row, machine_info, render_table, write_json  # noqa: E402
 
-__all__ = ["MODES", "main"]
+__all__ = ["EXTRA_MODES", "MODES", "main"]
 
 OUT = _REPO / "bench" / "out"
 
@@ -78,6 +78,12 @@ def _mem(ctx: Context) -> list[Row]:
     return memory_mode.run(ctx)
 
 
+def _plugin(ctx: Context) -> list[Row]:
+    from bench import plugin_mode
+
+    return plugin_mode.run(ctx)
+
+
 #: Mode name -> runner, in the order they run. MEM reads the workers' peak
 #: memory after the bursts, so it comes last.
 MODES: dict[str, Callable[[Context], list[Row]]] = {
@@ -89,6 +95,8 @@ MODES: dict[str, Callable[[Context], list[Row]]] = {
     "CAT": _cat,
     "MEM": _mem,
 }
+#: Run only when named in --only: the plugin rows of P2, P3 and MEM on their own.
+EXTRA_MODES: dict[str, Callable[[Context], list[Row]]] = {"PLUGIN": _plugin}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -98,15 +106,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quick", action="store_true", help="correctness only: a few iterations, nothing judged"
     )
-    parser.add_argument("--only", default="", help=f"comma-separated modes ({','.join(MODES)})")
+    parser.add_argument(
+        "--only",
+        default="",
+        help=f"comma-separated modes ({','.join([*MODES, *EXTRA_MODES])})",
+    )
     parser.add_argument("--json", type=Path, default=OUT / "results.json", help="JSON output")
     parser.add_argument("--plot", type=Path, default=OUT / "latency.png", help="PNG output")
     args = parser.parse_args(argv)
     selected = [m.strip().upper() for m in args.only.split(",") if m.strip()] or list(MODES)
-    unknown = [m for m in selected if m not in MODES]
+    known = {**MODES, **EXTRA_MODES}
+    unknown = [m for m in selected if m not in known]
     if unknown:
-        parser.error(f"unknown mode(s) {', '.join(unknown)}; modes are {', '.join(MODES)}")
-    args.modes = [m for m in MODES if m in selected]
+        parser.error(f"unknown mode(s) {', '.join(unknown)}; modes are {', '.join(known)}")
+    args.modes = [m for m in known if m in selected]
     return args
 
 
@@ -132,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"== {mode} ...", file=sys.stderr, flush=True)
                 mode_started = time.monotonic()
                 try:
-                    produced = MODES[mode](ctx)
+                    produced = {**MODES, **EXTRA_MODES}[mode](ctx)
                 except Exception as exc:
                     traceback.print_exc()
                     crashed.append(mode)

@@ -12,7 +12,7 @@ Flower and the `celery` command find an app through this module:
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
@@ -20,12 +20,21 @@ from broker.config import Settings, is_sentinel
 from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
 from broker.transport import SENTINEL_TRANSPORT, transport_for
 
+if TYPE_CHECKING:
+    from broker.model import Deployment
+
 # `app` is also importable (module __getattr__), built on first use.
-__all__ = ["EMBEDDED_BACKEND", "EMBEDDED_BROKER", "default_app", "make_app"]
+__all__ = ["EMBEDDED_BACKEND", "EMBEDDED_BROKER", "default_app", "longest_timeout", "make_app"]
 
 #: The embedded default: an in-process broker and result store, no server.
 EMBEDDED_BROKER = "memory://"
 EMBEDDED_BACKEND = "cache+memory://"
+
+
+def longest_timeout(deployment: Deployment) -> float:
+    """The longest time limit of any tool: it sizes the visibility timeout (`make_app`)."""
+    limits = [t.timeout_seconds for a in deployment.agents.values() for t in a.tools.values()]
+    return max(limits, default=DEFAULT_TOOL_TIMEOUT_SECONDS)
 
 
 def make_app(

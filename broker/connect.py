@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from broker.config import is_sentinel
+from broker.errors import ConfigError
 
 if TYPE_CHECKING:
     import redis
@@ -76,7 +77,7 @@ def redis_client(
         client: redis.Redis[Any] = redis.Redis.from_url(url, **common)
         return client
     if not sentinel_master:
-        raise ValueError("a sentinel:// URL needs the master's name (VESSEL_SENTINEL_MASTER)")
+        raise ConfigError("a sentinel:// URL needs the master's name (VESSEL_SENTINEL_MASTER)")
     hosts, options = sentinel_hosts(url)
     sentinel = redis.Sentinel(
         hosts,

@@ -41,7 +41,8 @@ from typing import Any
 
 from celery import Celery
 
-from broker.queues import ADMISSION_TAG_PREFIX, TASK_NAMES, Kind, shared_lane
+from broker.admission.keys import ADMISSION_TAG_PREFIX
+from broker.queues import TASK_NAMES, Kind, shared_lane
 from broker.transport import recording_publishes
 
 __all__ = [

@@ -122,7 +122,15 @@ class CallTimeout(TransientError):
 
 
 class WorkspaceError(VesselError):
-    """A workspace operation (`client.files`) the home host refused; the message says why."""
+    """A workspace operation (`client.files`) the home host refused; the message says why.
+
+    `reason` is one of `broker.files.REASONS` (`not_found`, `symlink`, ...), for
+    a caller that answers each differently; `refused` when the worker gave none.
+    """
+
+    def __init__(self, message: str, reason: str = "refused") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class BrokerUnavailable(TransientError):

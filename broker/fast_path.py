@@ -31,7 +31,7 @@ before either runs, this module checks what they rely on:
 
 When a check fails, calls are published the plain way: admission returns them
 (`Dispatched`) and the caller publishes them with `send_task`
-(`broker.client.publish`), and one log line says why.
+(`broker.admission.publish`), and one log line says why.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from broker.admission.keys import ADMISSION_TAG_PREFIX
 from broker.config import ENV_FAST_PATH, Settings
-from broker.constants import REDIS_PREFIX
 from broker.queues import KINDS, Kind
 
 if TYPE_CHECKING:
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     from broker.admission import RedisAdmission
 
 __all__ = [
-    "FAST_PATH_OFF_KEY",
     "KNOWN_CELERY",
     "KNOWN_KOMBU",
     "KNOWN_TRANSPORT_KOMBU",
@@ -74,12 +73,6 @@ KNOWN_KOMBU: tuple[tuple[int, int], ...] = ((5, 7),)
 KNOWN_TRANSPORT_KOMBU: tuple[tuple[int, int], ...] = ((5, 4), (5, 5), (5, 6), (5, 7))
 #: Celery minor releases the envelope was proven on (its message protocol 2).
 KNOWN_CELERY: tuple[tuple[int, int], ...] = ((5, 4), (5, 5), (5, 6), (5, 7))
-
-#: Set (to the reason) by a worker whose start-up self-test failed; while it
-#: exists, clients build no envelopes and admission's Lua pushes none
-#: (broker/admission_lib.lua reads the same name). Expires three heartbeats
-#: after the last failing worker stopped.
-FAST_PATH_OFF_KEY = f"{REDIS_PREFIX}fast-path:off"
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +233,7 @@ def self_test(app: Celery, settings: Settings, admission: RedisAdmission, kind: 
     from kombu.entity import Exchange, Queue  # noqa: PLC0415
 
     from broker.envelope import build_envelope, probe_message  # noqa: PLC0415
-    from broker.queues import ADMISSION_TAG_PREFIX, TASK_NAMES  # noqa: PLC0415
+    from broker.queues import TASK_NAMES  # noqa: PLC0415
 
     reason = envelope_reason(app, settings)
     if reason is not None:

@@ -21,8 +21,11 @@ agent's `disk_limit_mb`, the largest file its tools may write).
 
 A path of the wrong form raises ValueError here, before anything is sent; what
 the worker refuses (no such file, a folder where a file is wanted, too large)
-raises `WorkspaceError`; no answer within `timeout` raises `CallTimeout` (the
-home host may have died with the operation: try again, it goes to the new home).
+raises `WorkspaceError` (its `reason` says which of `REASONS`); no answer
+within `timeout` raises `CallTimeout` (the home host may have died with the
+operation: try again, it goes to the new home); `cancel`, once set, stops the
+wait with `OperationCancelled` (a plugin call that ended stops waiting for its
+host call).
 `workspace_lost` turns True once an operation found that the turn's workspace
 had been lost with its host (the next call's result says so too).
 """
@@ -30,12 +33,13 @@ had been lost with its host (the next call's result says so too).
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from broker.errors import CallTimeout, WorkspaceError
+from broker.errors import CallTimeout, VesselError, WorkspaceError
+from broker.protocol import new_call_id
 from broker.queues import WORKSPACE_OP_TASK
-from broker.request import new_call_id
 
 if TYPE_CHECKING:
     from broker.client import VesselClient
@@ -46,6 +50,8 @@ __all__ = [
     "MAX_LIST_ENTRIES",
     "MAX_PATH_CHARS",
     "OPERATIONS",
+    "REASONS",
+    "OperationCancelled",
     "TurnFiles",
     "check_path",
 ]
@@ -61,6 +67,11 @@ MAX_PATH_CHARS = 4096
 #: How long an operation waits for its answer by default.
 DEFAULT_OP_TIMEOUT_SECONDS = 30.0
 OPERATIONS = ("put", "get", "list", "delete")
+#: Why the worker refused an operation (the answer's `reason`, `WorkspaceError.reason`):
+#: nothing at the path; a symbolic link on it; a folder, fifo... where a file is
+#: wanted or a file where a folder is; over a size cap; a folder that is not empty
+#: (a delete that keeps folders that hold something); anything else.
+REASONS = ("not_found", "symlink", "not_a_file", "too_large", "not_empty", "refused")
 #: The longest pause between two reads of an operation's answer.
 _POLL_CAP_SECONDS = 0.02
 
@@ -90,6 +101,10 @@ def check_path(path: str, *, allow_root: bool = False) -> str:
     return "/".join(parts)
 
 
+class OperationCancelled(VesselError):
+    """The caller's `cancel` was set while the operation waited for its answer."""
+
+
 class TurnFiles:
     """The workspace operations of one (agent, turn); see the module docstring."""
 
@@ -100,6 +115,7 @@ class TurnFiles:
         turn: str,
         *,
         timeout: float = DEFAULT_OP_TIMEOUT_SECONDS,
+        cancel: threading.Event | None = None,
     ) -> None:
         client.deployment.agent(agent)  # UnknownAgent now, not at the worker
         if not isinstance(turn, str) or not turn:
@@ -108,6 +124,7 @@ class TurnFiles:
         self.agent = agent
         self.turn = turn
         self.timeout = timeout
+        self.cancel = cancel
         self.workspace_lost = False
 
     def put(self, path: str, data: bytes) -> None:
@@ -119,20 +136,26 @@ class TurnFiles:
             raise ValueError(f"{len(raw)} bytes is over the {MAX_FILE_BYTES}-byte file cap")
         self._run("put", check_path(path), data=base64.b64encode(raw).decode("ascii"))
 
-    def get(self, path: str) -> bytes:
-        """The content of the regular file at `path`."""
-        answer = self._run("get", check_path(path))
+    def get(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """The content of the regular file at `path`; a file over `max_bytes`
+        (at most `MAX_FILE_BYTES`) is refused at the home host, never sent."""
+        fields = {} if max_bytes is None else {"max_bytes": int(max_bytes)}
+        answer = self._run("get", check_path(path), **fields)
         return base64.b64decode(answer["data"])
 
-    def list(self, path: str = ".") -> list[dict[str, Any]]:
+    def list(self, path: str = ".", *, max_entries: int | None = None) -> list[dict[str, Any]]:
         """The entries of the folder at `path`: name, size (bytes; 0 but for
-        files) and kind (`file`, `dir`, `link` or `other`), in name order."""
-        answer = self._run("list", check_path(path, allow_root=True))
+        files) and kind (`file`, `dir`, `link` or `other`), in name order; the
+        first `max_entries` (at most `MAX_LIST_ENTRIES`)."""
+        fields = {} if max_entries is None else {"max_entries": int(max_entries)}
+        answer = self._run("list", check_path(path, allow_root=True), **fields)
         return [dict(entry) for entry in answer["entries"]]
 
-    def delete(self, path: str) -> None:
-        """Remove the file, link or folder (with all it holds) at `path`."""
-        self._run("delete", check_path(path))
+    def delete(self, path: str, *, recursive: bool = True) -> None:
+        """Remove the file, link or folder (with all it holds) at `path`;
+        `recursive` False removes a folder only when empty (`not_empty` otherwise)."""
+        fields = {} if recursive else {"only_empty": True}
+        self._run("delete", check_path(path), **fields)
 
     def _wait(self, backend: Any, op_id: str, what: str) -> Any:
         """The operation's answer, read from the result backend until `timeout`.
@@ -146,6 +169,8 @@ class TurnFiles:
             meta = backend.get_task_meta(op_id)
             if isinstance(meta, dict) and meta.get("status") == "SUCCESS":
                 return meta.get("result")
+            if self.cancel is not None and self.cancel.is_set():
+                raise OperationCancelled(f"{what} of turn {self.turn!r} was cancelled")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise CallTimeout(
@@ -182,5 +207,9 @@ class TurnFiles:
             self.workspace_lost = True
         client.saw_turn(self.agent, self.turn)
         if not answer.get("ok"):
-            raise WorkspaceError(str(answer.get("error") or f"{op} {path!r} failed"))
+            reason = answer.get("reason")
+            raise WorkspaceError(
+                str(answer.get("error") or f"{op} {path!r} failed"),
+                reason if reason in REASONS else "refused",
+            )
         return answer

@@ -1,4 +1,4 @@
-"""What the cluster is doing now, read from admission's keys (`broker.queues`), read-only.
+"""What the cluster is doing now, read from admission's keys (`broker.admission.keys`), read-only.
 
 `read_status` answers `vessel-workers status`: the live workers of every lane
 (shared, dedicated and home lanes `<lane>@<host>`) with their concurrency and
@@ -20,8 +20,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from broker.constants import REDIS_PREFIX
-from broker.queues import KINDS, Kind, claim_key, done_key, meta_key, shared_lane
+from broker.admission.keys import (
+    ALIVE,
+    BLOCKED,
+    LANES,
+    PENDING,
+    RUNNING,
+    WORKERS,
+    claim_key,
+    done_key,
+    kind_key,
+    meta_key,
+)
+from broker.queues import KINDS, Kind, is_home_lane, shared_lane
 
 if TYPE_CHECKING:
     import redis
@@ -102,10 +113,6 @@ class ClusterStatus:
         }
 
 
-def _key(*parts: str) -> str:
-    return REDIS_PREFIX + ":".join(parts)
-
-
 def read_status(
     client: redis.Redis[str],
     agents: Mapping[str, Iterable[Kind]],
@@ -116,7 +123,7 @@ def read_status(
     `heartbeat_seconds`: the workers' VESSEL_HEARTBEAT_SECONDS."""
     pipe = client.pipeline(transaction=False)
     for kind in KINDS:
-        pipe.smembers(_key(kind, "lanes"))
+        pipe.smembers(kind_key(kind, LANES))
     pipe.time()
     *announced, server_time = pipe.execute()
     now_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
@@ -128,19 +135,21 @@ def read_status(
     pipe = client.pipeline(transaction=False)
     every_lane = [lane for kind in KINDS for lane in lanes[kind]]
     for lane in every_lane:
-        pipe.hgetall(_key("workers", lane))
-        pipe.zrange(_key("alive", lane), 0, -1, withscores=True)
+        pipe.hgetall(f"{WORKERS}{lane}")
+        pipe.zrange(f"{ALIVE}{lane}", 0, -1, withscores=True)
     # Per agent and kind: its queue lists (the base one, one per home lane), running, blocked.
     plan: list[tuple[str, Kind, int]] = []
     for agent, kinds in agents.items():
         for kind in sorted(set(kinds)):
-            queues = [_key(kind, "pending", agent)]
-            queues += [_key(kind, "pending", agent, lane) for lane in lanes[kind] if "@" in lane]
+            queues = [kind_key(kind, PENDING, agent)]
+            queues += [
+                kind_key(kind, PENDING, agent, lane) for lane in lanes[kind] if is_home_lane(lane)
+            ]
             for queue in queues:
                 pipe.llen(queue)
                 pipe.lindex(queue, 0)
-            pipe.zcard(_key(kind, "running", agent))
-            pipe.sismember(_key(kind, "blocked"), agent)
+            pipe.zcard(kind_key(kind, RUNNING, agent))
+            pipe.sismember(kind_key(kind, BLOCKED), agent)
             plan.append((agent, kind, len(queues)))
     answers = iter(pipe.execute())
 

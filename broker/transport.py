@@ -15,7 +15,7 @@ the pool (after a fork, on close) the next command builds a new client on the
 new pool.
 
 For messages admission pushed into a lane (delivery tag `vessel-<id>-<n>`,
-`broker.queues.ADMISSION_TAG_PREFIX`) the channel's QoS keeps no copy in
+`broker.admission.keys.ADMISSION_TAG_PREFIX`) the channel's QoS keeps no copy in
 kombu's `unacked` hash: kombu writes one at every delivery and deletes it at
 every ack, two round trips per call (an eighth of a service worker's CPU in a
 burst), so that a message of a dead worker comes back after the visibility
@@ -46,9 +46,9 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
+from broker.admission.keys import ADMISSION_TAG_PREFIX
 from broker.config import Settings
 from broker.fast_path import transport_reason
-from broker.queues import ADMISSION_TAG_PREFIX
 
 _log = logging.getLogger(__name__)
 

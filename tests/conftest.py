@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+
+from bench.redis_server import free_port, start_redis_server
+
+__all__ = ["EXAMPLES", "REPO", "free_port"]
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -50,58 +51,14 @@ def pytest_configure(config: pytest.Config) -> None:
     pytest.TempPathFactory.mktemp = mktemp  # type: ignore[method-assign]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real redis-server of our own (noeviction, no persistence), as a base URL."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed: run .ci/run or apt-get install redis-server")
-    port = free_port()
-    folder = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--maxmemory-policy",
-            "noeviction",
-            "--databases",
-            "64",
-            "--dir",
-            str(folder),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail("redis-server did not start")
-            time.sleep(0.05)
-    client.close()
+    server = start_redis_server(tmp_path_factory.mktemp("redis"), databases=64)
     try:
-        yield f"redis://127.0.0.1:{port}"
+        yield server.url
     finally:
-        proc.terminate()
-        proc.wait(10)
+        server.stop()
 
 
 _next_db = iter(range(1, 64))
@@ -118,3 +75,19 @@ def redis_url(redis_server: str) -> Iterator[str]:
     client.flushdb()
     client.close()
     yield url
+
+
+#: Modules whose tests start real worker clusters with tool limits of a few seconds:
+#: under pytest-xdist they share one group (one process), so two of them never run at once.
+_CLUSTER_FOLDERS = ("cluster", "watch")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give every test an xdist_group (`--dist loadgroup`, pyproject.toml): its module's,
+    so a module's fixtures start once, or one shared by the cluster modules."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        path = item.path.relative_to(REPO / "tests")
+        group = "cluster" if path.parts[0] in _CLUSTER_FOLDERS else str(path)
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -16,9 +16,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("P1", "P2", "P3", "P4", "CAT", "MEM")
-# bench/ is a folder of scripts at the repository root, not an installed package.
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 
 @pytest.mark.slow

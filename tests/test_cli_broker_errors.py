@@ -12,13 +12,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from conftest import EXAMPLES, REPO, free_port
+
+from bench.redis_server import redis_server_argv, wait_until_answering
 
 DEPLOYMENT = str(EXAMPLES / "deployment.toml")
 
@@ -49,40 +49,19 @@ def assert_one_line(done: subprocess.CompletedProcess[str], verb: str, *words: s
     return line
 
 
-def _server(folder: Path, *args: str) -> subprocess.Popen[bytes]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed")
+def _server(folder: Path, port: int, *args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [
-            *(binary, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
-            *("--dir", str(folder), *args),
-        ],
+        redis_server_argv(port, folder, extra=args),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
 
 
-def _wait(proc: subprocess.Popen[bytes], client: redis.Redis) -> None:
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            return
-        except redis.AuthenticationError:
-            return  # it answers: it wants a password
-        except redis.ConnectionError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail("redis-server did not start")
-            time.sleep(0.05)
-
-
 @pytest.fixture(scope="module")
 def password_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
-    proc = _server(tmp_path_factory.mktemp("pw"), "--port", str(port), "--requirepass", "s3cret")
-    _wait(proc, redis.Redis(port=port, password="s3cret"))
+    proc = _server(tmp_path_factory.mktemp("pw"), port, "--requirepass", "s3cret")
+    wait_until_answering(proc, port, password="s3cret")
     yield f"127.0.0.1:{port}"
     proc.terminate()
     proc.wait(10)
@@ -103,12 +82,14 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         capture_output=True,
     )
     port = free_port()
+    # `--port 0` after the plain port: TLS only (the last setting of an option wins).
     proc = _server(
         folder,
+        port,
         *("--port", "0", "--tls-port", str(port), "--tls-cert-file", str(cert)),
         *("--tls-key-file", str(key), "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"),
     )
-    _wait(proc, redis.Redis(port=port, ssl=True, ssl_cert_reqs="none"))
+    wait_until_answering(proc, port, tls=True)
     yield f"127.0.0.1:{port}"
     proc.terminate()
     proc.wait(10)

@@ -77,7 +77,7 @@ def test_client_files_on_the_embedded_default(
 ) -> None:
     from broker.config import Settings
     from broker.loading import load_deployment
-    from workers.worker import embedded_client
+    from workers.embedded import embedded_client
 
     monkeypatch.setenv("VESSEL_WORKSPACE_ROOT", str(tmp_path / "ws"))
     deployment = load_deployment(DEPLOYMENT)

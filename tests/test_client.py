@@ -10,7 +10,8 @@ import pytest
 import redis
 from conftest import EXAMPLES
 
-from broker.client import VesselClient, publish
+from broker.admission.publish import publish
+from broker.client import VesselClient
 from broker.config import Settings
 from broker.errors import CallTimeout, ConfigError, MissingBrokerURL, UnknownAgent, UnknownTool
 from broker.loading import load_deployment
@@ -98,7 +99,7 @@ def _lane_ids(redis_url: str, lane: str) -> list[str]:
 
 
 def _finished(client: VesselClient, call_id: str, output: str, *, in_one_script: bool):
-    from broker.client import finish_call
+    from broker.admission.finish import finish_call
     from broker.result import ToolResult
 
     result = ToolResult(
@@ -120,7 +121,7 @@ def test_a_result_is_stored_once_readable_through_celery_and_frees_the_slot(
 ) -> None:
     from celery.result import AsyncResult
 
-    from broker.client import results_in_admission
+    from broker.admission.finish import results_in_admission
     from broker.queues import shared_lane
 
     # The default: results go to the broker's Redis, so one script can write them.
@@ -160,7 +161,7 @@ def test_a_result_is_stored_once_readable_through_celery_and_frees_the_slot(
 def test_results_in_another_redis_are_stored_through_celery(
     redis_url: str, redis_server: str
 ) -> None:
-    from broker.client import results_in_admission
+    from broker.admission.finish import results_in_admission
 
     deployment = load_deployment(EXAMPLES / "deployment.toml")
     other = f"{redis_server}/62"

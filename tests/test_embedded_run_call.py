@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,10 +128,9 @@ def test_a_running_call_is_stopped_by_the_cancel_listener(setup: Any) -> None:
     worker = threading.Thread(target=lambda: outcome.append(run_call(runtime, body)))
     worker.start()
     assert runner.started.wait(5)
-    started = time.monotonic()
     admission.cancel("c3", 600)
-    worker.join(5)
-    assert time.monotonic() - started < 2
+    worker.join(5)  # the runner blocks until its cancel event is set: only the cancel ends it
+    assert not worker.is_alive()
     assert outcome == ["cancelled"]
     result = stored(runtime, "c3")
     assert (result.output, result.outcome, result.is_error) == ("[cancelled]", "cancelled", True)

@@ -22,8 +22,9 @@ from conftest import EXAMPLES
 
 from broker import fast_path
 from broker.admission import RedisAdmission
+from broker.admission.publish import publish
 from broker.celery_app import make_app
-from broker.client import VesselClient, publish
+from broker.client import VesselClient
 from broker.config import Settings
 from broker.envelope import build_envelope, probe_message
 from broker.loading import load_deployment

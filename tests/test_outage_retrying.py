@@ -14,6 +14,7 @@ import pytest
 import redis
 from conftest import EXAMPLES, REPO, free_port
 
+from bench.redis_server import redis_server_argv
 from broker.admission import RedisAdmission
 from broker.client import VesselClient
 from broker.config import Settings, hide_password
@@ -22,7 +23,7 @@ from broker.errors import BrokerUnavailable, ConfigError, TransientError
 from broker.loading import load_deployment
 from broker.retrying import Outage, retry, unreachable
 from workers.outage import wait_for_broker
-from workers.worker import check_eviction_policy
+from workers.preflight import check_eviction_policy
 
 
 def _down_url() -> str:
@@ -67,13 +68,7 @@ def test_retry_rides_out_a_redis_that_comes_up(
     def start_later() -> None:
         time.sleep(0.7)
         started.append(
-            subprocess.Popen(
-                [
-                    *("redis-server", "--port", str(port), "--bind", "127.0.0.1"),
-                    *("--save", "", "--appendonly", "no", "--dir", str(tmp_path)),
-                ],
-                stdout=subprocess.DEVNULL,
-            )
+            subprocess.Popen(redis_server_argv(port, tmp_path), stdout=subprocess.DEVNULL)
         )
 
     threading.Thread(target=start_later).start()

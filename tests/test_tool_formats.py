@@ -90,3 +90,17 @@ def test_the_client_offers_the_same(redis_url: str) -> None:
         )
     finally:
         client.close()
+
+
+def test_the_mcp_verb_refuses_a_name_the_apis_refuse_before_serving(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A plugin's final name (slug + "__" + key) can pass 64 characters; the
+    # listing stands in for such a catalogue.
+    long_name = "weather-station-network__" + "x" * 40
+    monkeypatch.setattr(
+        "broker.tool_formats.listed", lambda deployment, agent: [{**ENTRY, "name": long_name}]
+    )
+    assert main(["mcp", "-d", EXAMPLES, "field-guide", "--owner", "web/alice"]) == 2
+    err = capsys.readouterr().err
+    assert repr(long_name) in err and "65 characters" in err

@@ -11,7 +11,7 @@ import pytest
 import redis
 from kombu import Connection, Exchange, Producer, Queue
 
-from broker.queues import ADMISSION_TAG_PREFIX
+from broker.admission.keys import ADMISSION_TAG_PREFIX
 from broker.transport import RedisTransport, pushed_by_admission
 
 LANE = "vessel.service"

@@ -102,3 +102,57 @@ def test_paths_of_the_wrong_form_are_refused(path: str) -> None:
         check_path(path)
     assert check_path("a/b/") == "a/b"
     assert check_path(".", allow_root=True) == "."
+
+
+def test_each_refusal_says_its_reason(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "dir").mkdir()
+    (workspace / "dir" / "f").write_bytes(b"12345")
+    (workspace / "link").symlink_to(tmp_path)
+    cases = [
+        (("get", "absent"), "not_found"),
+        (("list", "absent"), "not_found"),
+        (("get", "link/x"), "symlink"),
+        (("get", "dir"), "not_a_file"),
+        (("list", "dir/f"), "not_a_file"),
+        (("delete", "dir"), "not_empty"),
+    ]
+    for (op, path), reason in cases:
+        options = {"only_empty": True} if op == "delete" else {}
+        with pytest.raises(OpRefused) as caught:
+            perform(workspace, op, path, **options)
+        assert caught.value.reason == reason, (op, path, str(caught.value))
+    with pytest.raises(OpRefused) as too_large:
+        perform(workspace, "get", "dir/f", max_bytes=4)
+    assert too_large.value.reason == "too_large"
+    assert str(too_large.value) == "dir/f is 5 bytes, over the cap: no file larger than 4 bytes"
+
+
+def test_a_delete_that_keeps_folders_removes_only_empty_ones(workspace: Path) -> None:
+    perform(workspace, "put", "d/e/f.txt", b"x")
+    with pytest.raises(OpRefused, match="the folder d is not empty"):
+        perform(workspace, "delete", "d", only_empty=True)
+    assert (workspace / "d" / "e" / "f.txt").read_bytes() == b"x"
+    perform(workspace, "delete", "d/e/f.txt", only_empty=True)
+    perform(workspace, "delete", "d/e", only_empty=True)
+    perform(workspace, "delete", "d", only_empty=True)
+    assert list(workspace.iterdir()) == []
+
+
+def test_caps_lower_than_the_protocols(workspace: Path) -> None:
+    for name in ("a", "b", "c"):
+        perform(workspace, "put", name, b"abc")
+    assert [e["name"] for e in perform(workspace, "list", ".", max_entries=2)["entries"]] == [
+        "a",
+        "b",
+    ]
+    assert base64.b64decode(perform(workspace, "get", "a", max_bytes=3)["data"]) == b"abc"
+    # A cap above the protocol's is the protocol's.
+    with open(workspace / "huge", "wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)
+    with pytest.raises(OpRefused, match="over the cap"):
+        perform(workspace, "get", "huge", max_bytes=MAX_FILE_BYTES * 2)
+    # A put's temporary file is never listed.
+    (workspace / ".vessel-put-0123456789abcdef").write_bytes(b"half")
+    assert ".vessel-put-0123456789abcdef" not in {
+        e["name"] for e in perform(workspace, "list", ".")["entries"]
+    }

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.errors import RefusedCall, UnknownAgent, UnknownTool
 from broker.model import Agent, DeclaredTool, Deployment, PluginTool
-from broker.request import CallRequest, Initiator
-from broker.result import ToolResult
+from broker.protocol import CallRequest, Initiator, ToolResult
 from workers.arguments import parse_arguments
 
 if TYPE_CHECKING:
@@ -47,15 +46,7 @@ class PluginRuns(Protocol):
 def refused_result(request: CallRequest, text: str, *, started: float | None = None) -> ToolResult:
     """A call that never ran: the model is told why."""
     elapsed = 0.0 if started is None else (time.monotonic() - started) * 1000
-    return ToolResult(
-        call_id=request.call_id,
-        agent=request.agent,
-        tool=request.tool,
-        is_error=True,
-        output=text,
-        duration_ms=round(elapsed, 3),
-        outcome="refused",
-    )
+    return ToolResult.error(request, text, outcome="refused", duration_ms=elapsed)
 
 
 class Executor:

@@ -37,14 +37,14 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 
 from broker.admission import Admission, Claim
-from broker.client import cancelled_result, finish_call, publish, results_in_admission
+from broker.admission.finish import finish_call, results_in_admission
+from broker.admission.publish import publish
 from broker.config import Settings
 from broker.constants import DEFAULT_TOOL_TIMEOUT_SECONDS
 from broker.errors import VesselError
 from broker.model import Deployment
+from broker.protocol import CallRequest, ToolResult, cancelled_result, worker_failed_text
 from broker.queues import TASK_NAMES, WORKSPACE_KINDS, Kind
-from broker.request import CallRequest
-from broker.result import ToolResult
 from workers import metrics
 from workers.execute import Executor
 from workers.output import with_workspace_lost
@@ -152,14 +152,14 @@ class CallRuntime:
         self.result_ttl = int(self.settings.result_expires_seconds)
         self.results_in_admission = results_in_admission(self.app, self.admission)
 
-    def follows_turn(self, request: CallRequest) -> bool:
-        """True if this call must run at its turn's home (see `claim`)."""
-        return (
-            request.turn is not None
-            and self.host_id is not None
-            and self.workspaces is not None
-            and self.kind in WORKSPACE_KINDS
-        )
+    def _home_of(self, request: CallRequest) -> tuple[str, str, WorkspaceStore] | None:
+        """The turn, this host and its workspaces if the call must run at its turn's
+        home (see `claim`); None: it runs wherever it arrives."""
+        if request.turn is None or self.host_id is None or self.workspaces is None:
+            return None
+        if self.kind not in WORKSPACE_KINDS:
+            return None
+        return request.turn, self.host_id, self.workspaces
 
     def has_turn(self, agent: str, turn: str) -> bool:
         """True if the turn's folder is on this host."""
@@ -180,26 +180,26 @@ class CallRuntime:
     def claim(self, request: CallRequest, lease: float) -> Claim:
         """Admission's claim; with turn affinity, at the turn's home only."""
         lease_ms = int(lease * 1000)
-        if not self.follows_turn(request):
+        home = self._home_of(request)
+        if home is None:
             return Claim(outcome=self.admission.claim(request.call_id, self.hostname, lease_ms))
-        assert request.turn is not None and self.host_id is not None
-        assert self.workspaces is not None
+        turn, host_id, workspaces = home
         found = self.admission.claim_at_home(
             request.call_id,
             self.hostname,
             lease_ms,
-            host_id=self.host_id,
-            home_ttl_seconds=int(self.workspaces.ttl_seconds),
-            here=self.has_turn(request.agent, request.turn),
+            host_id=host_id,
+            home_ttl_seconds=int(workspaces.ttl_seconds),
+            here=self.has_turn(request.agent, turn),
         )
         if found.rehomed:
             _log.warning(
                 "call %s: turn %.100r of %s lost its home; it lives here now, workspace empty",
                 request.call_id,
-                request.turn,
+                turn,
                 request.agent,
             )
-            self.forget_turn(request.agent, request.turn)
+            self.forget_turn(request.agent, turn)
         return found
 
     def lease_seconds(self, request: CallRequest) -> float:
@@ -258,14 +258,10 @@ def _execute(
         result = runtime.executor.run(request, running.event)
     except Exception:  # Executor.run never raises; if it did, the call must still end
         _log.exception("call %s: the executor failed", request.call_id)
-        result = ToolResult(
-            call_id=request.call_id,
-            agent=request.agent,
-            tool=request.tool,
-            is_error=True,
-            output=f"{request.tool}: the worker failed to run this call",
-            duration_ms=round((time.monotonic() - started) * 1000, 3),
-            outcome="error",
+        result = ToolResult.error(
+            request,
+            worker_failed_text(request.tool),
+            duration_ms=(time.monotonic() - started) * 1000,
         )
     finally:
         runtime._watchdog.unwatch(watch)

@@ -89,7 +89,9 @@ def test_a_name_listed_twice_is_a_problem(published: Published, tmp_path: Path) 
 
 def test_an_unknown_access_key_is_a_problem(published: Published, tmp_path: Path) -> None:
     line = _only(published, tmp_path, "deny = [", "denied = [")
-    assert line.startswith("agents[0].access.denied: unknown key (known keys: deny, max_listed_tools, pin, tools)")
+    assert line.startswith(
+        "agents[0].access.denied: unknown key (known keys: deny, max_listed_tools, pin, tools)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 import redis
 
+from bench.redis_server import start_redis_server
 from broker.client import VesselClient
 from broker.config import Settings
 from broker.loading import load_deployment
@@ -42,40 +42,10 @@ CLUSTER_ENV = {
 }
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_redis(folder: Path, *, policy: str = "noeviction") -> tuple[subprocess.Popen[bytes], str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            *(binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""),
-            *("--appendonly", "no", "--maxmemory-policy", policy, "--dir", str(folder)),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail("redis-server did not start")
-            time.sleep(0.05)
-    client.close()
-    return proc, f"redis://127.0.0.1:{port}/0"
+    """A private redis-server (bench.redis_server) and the URL of its database 0."""
+    server = start_redis_server(folder, policy=policy)
+    return server.proc, f"{server.url}/0"
 
 
 # --- the recording HTTP server ------------------------------------------------------
@@ -191,8 +161,9 @@ print("counted", args["n"])
 """
 
 
-# Works in the turn's workspace: writes the files it is given, reads the ones it
-# is asked for (null when missing), appends "start/end <time>" lines to a log.
+# Works in the turn's workspace: writes the files it is given (folders made as
+# needed), makes the links it is given, reads the files it is asked for (null
+# when missing), appends "start/end <time>" lines to a log.
 WS_PY = """\
 import json, os, sys, time
 args = json.load(sys.stdin)
@@ -204,8 +175,11 @@ def mark(what):
             f.write(f"{what} {time.time()}\\n")
 mark("start")
 for name, text in args.get("write", {}).items():
+    os.makedirs(os.path.dirname(os.path.join(home, name)), exist_ok=True)
     with open(os.path.join(home, name), "w") as f:
         f.write(text)
+for name, target in args.get("link", {}).items():
+    os.symlink(target, os.path.join(home, name))
 seen = {}
 for name in args.get("read", []):
     try:
@@ -269,6 +243,30 @@ def write_deployment(
     path = folder / "deployment.toml"
     path.write_text("\n".join(lines))
     return path
+
+
+def check_deployment(path: Path) -> None:
+    """`vessel-workers check` on the deployment: it writes each plugin's lock,
+    without which a plugin worker refuses to start."""
+    done = subprocess.run(
+        [sys.executable, "-m", "workers.cli", "check", "-d", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def cluster_env(url: str, workspaces: Path, **extra: str) -> dict[str, str]:
+    """The environment of a cluster's workers and clients: this one's, with the
+    small timings, the broker and the workspace root."""
+    env = {k: v for k, v in os.environ.items() if k != "VESSEL_RESULT_BACKEND"}
+    env.update(CLUSTER_ENV)
+    env.update(extra)
+    env["VESSEL_BROKER_URL"] = url
+    env["VESSEL_WORKSPACE_ROOT"] = str(workspaces)
+    return env
 
 
 # --- worker processes ----------------------------------------------------------------
@@ -412,12 +410,7 @@ def make_cluster(
         server = serve(recorder)
         deployment = write_deployment(folder, server.server_address[1], agents, timeout=timeout)
         workspaces = folder / "workspaces"
-        env = dict(os.environ)
-        env.pop("VESSEL_RESULT_BACKEND", None)
-        env.update(CLUSTER_ENV)
-        env.update(extra)
-        env["VESSEL_BROKER_URL"] = url
-        env["VESSEL_WORKSPACE_ROOT"] = str(workspaces)
+        env = cluster_env(url, workspaces, **extra)
         cluster = Cluster(
             url=url, deployment_path=deployment, env=env, recorder=recorder, workspaces=workspaces
         )

@@ -18,9 +18,9 @@ import kombu
 import pytest
 
 from broker import fast_path
+from broker.admission.keys import FAST_PATH_OFF_KEY
 from broker.client import VesselClient
 from broker.config import Settings
-from broker.fast_path import FAST_PATH_OFF_KEY
 from broker.loading import load_deployment
 
 from .conftest import Cluster

@@ -2,8 +2,9 @@
 initiator, host.fetch to a real server), the agent's max_concurrent_calls across the
 worker's threads, cancel of a running call, and the workspace shared with a sandbox worker.
 
-One cluster for the module: one plugin worker (4 threads) and one sandbox worker,
-sharing one workspace root as on one host.
+One cluster for the module: one plugin worker (4 threads) and one sandbox worker.
+host.workspace runs on the turn's home host (the sandbox worker); across two hosts see
+test_cluster_plugin_workspace.py.
 """
 
 from __future__ import annotations
@@ -18,9 +19,18 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.redis_server import free_port
 from broker.request import Initiator
 
-from .conftest import CLUSTER_ENV, REPO, Cluster, Recorder, free_port, serve, start_redis
+from .conftest import (
+    REPO,
+    Cluster,
+    Recorder,
+    check_deployment,
+    cluster_env,
+    serve,
+    start_redis,
+)
 
 pytestmark = [
     pytest.mark.cluster,
@@ -84,14 +94,7 @@ def _write(folder: Path, port: int) -> Path:
         '[[agents]]\nid = "plug-one"\npackage = "boxpkg"\nmax_concurrent_calls = 1\n'
         '[agents.mounts]\n"/data" = "data"\n'
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "workers.cli", "check", "-d", str(path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    check_deployment(path)
     return path
 
 
@@ -102,7 +105,6 @@ def work_url(cluster: Cluster) -> str:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    import os
 
     folder = tmp_path_factory.mktemp("plugin-cluster")
     redis_proc, url = start_redis(folder)
@@ -110,10 +112,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     server = serve(recorder)
     deployment = _write(folder, server.server_address[1])
     workspaces = folder / "workspaces"
-    env = {k: v for k, v in os.environ.items() if k != "VESSEL_RESULT_BACKEND"}
-    env.update(CLUSTER_ENV)
-    env["VESSEL_BROKER_URL"] = url
-    env["VESSEL_WORKSPACE_ROOT"] = str(workspaces)
+    env = cluster_env(url, workspaces)
     # Where the `work` tool posts (passed in its arguments).
     env["PROBE_WORK_URL"] = f"http://127.0.0.1:{server.server_address[1]}/work"
     found = Cluster(

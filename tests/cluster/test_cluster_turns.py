@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from broker.admission.keys import home_key
 from broker.errors import WorkspaceError
-from broker.queues import home_key, home_lane
+from broker.queues import home_lane
 from workers.output import WORKSPACE_LOST_TEXT
-from workers.worker import host_id_from_environ
+from workers.preflight import host_id_from_environ
 
 from .conftest import REPO, Cluster
 
@@ -365,16 +366,21 @@ def test_the_files_command_works_on_the_turns_home_host(three: Cluster) -> None:
 
 
 def test_redis_losing_the_homes_is_said_unless_the_folder_is_on_the_host(two: Cluster) -> None:
-    # After the tests above one host of `two` is left; add one, and home a turn
-    # on each: `gone` is on the host that dies with Redis's data, `kept` on the
-    # host that takes both turns afterwards.
-    new = two.start_host("k4", "-c", "2")
-    [survivor_host] = [
-        name
+    # One host of `two` is kept (the tests above may have killed the other: this
+    # test stops any other itself, whatever ran before it); add one, and home a
+    # turn on each: `gone` is on the host that dies with Redis's data, `kept` on
+    # the host that takes both turns afterwards.
+    alive = [
+        (name, p)
         for p in two.procs
         if p.poll() is None
         and (name := p.args[p.args.index("--hostname") + 1].split("@")[0]) in ("k1", "k2")
     ]
+    assert alive, "no host of `two` is left"
+    survivor_host = alive[0][0]
+    for _name, other in alive[1:]:
+        two.kill(other)
+    new = two.start_host("k4", "-c", "2")
     client = two.client()
     gone, kept = turn_id(), turn_id()
     for turn, host in ((gone, "k4"), (kept, survivor_host)):

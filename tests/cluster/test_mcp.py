@@ -27,6 +27,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from bench.redis_server import free_port
 from broker.loading import load_deployment
 from broker.tool_formats import in_format, listed
 
@@ -35,7 +36,6 @@ from .conftest import (
     REPO,
     Cluster,
     Recorder,
-    free_port,
     processes_with,
     serve,
     start_redis,
@@ -236,6 +236,49 @@ def _run(fn: Any) -> Any:
     return anyio.run(fn)
 
 
+def _holding(cluster: Cluster, marker: str) -> list[str]:
+    """Workspaces' files named `marker` (os.walk: workspaces removed meanwhile are skipped)."""
+    return [
+        os.path.join(folder, marker)
+        for folder, _, files in os.walk(cluster.workspaces)
+        if marker in files
+    ]
+
+
+def _gone(cluster: Cluster, marker: str, seconds: float = 15) -> bool:
+    """True once no workspace holds a file named `marker` (within `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while _holding(cluster, marker):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+async def _cancel_mid_call(client: Client, marker: str) -> None:
+    """Starts `hold`, waits for its process, then cancels the request."""
+    async with anyio.create_task_group() as group:
+
+        async def call() -> None:
+            await client.call_tool("hold", {"marker": marker})
+            raise AssertionError("the call finished: it was not cancelled")
+
+        group.start_soon(call)
+        deadline = time.monotonic() + 15
+        while not processes_with(marker):
+            assert time.monotonic() < deadline, "the tool never started"
+            await anyio.sleep(0.05)
+        group.cancel_scope.cancel()
+
+
+def _stopped(marker: str) -> bool:
+    # hold's own limit is 10 s: gone well before it, the cancel stopped it.
+    deadline = time.monotonic() + 6
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return processes_with(marker) == []
+
+
 # --- stdio ---------------------------------------------------------------------------
 
 
@@ -299,6 +342,42 @@ def test_stdio_session_is_one_turn(cluster: Cluster) -> None:
     assert json.loads(other) == {"note.txt": None}
 
 
+def test_stdio_session_end_removes_its_workspace(cluster: Cluster) -> None:
+    marker = f"mark-{uuid.uuid4().hex}.txt"
+
+    async def main() -> None:
+        async with _stdio(cluster) as client:
+            await client.call_tool("ws", {"write": {marker: "x"}})
+            assert _holding(cluster, marker), "the file is in the session's workspace"
+
+    _run(main)
+    assert _gone(cluster, marker), "the session's turn was not ended when stdin closed"
+
+
+def test_stdio_progress_and_cancel(cluster: Cluster) -> None:
+    marker = f"{uuid.uuid4().int % 10**6 + 7000}.625"
+    seen: list[tuple[float, str | None]] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append((value, message))
+
+    async def main() -> Any:
+        async with _stdio(cluster) as client:
+            result = await client.call_tool(
+                "work", {"n": 13, "sleep": 1.6}, progress_callback=progress
+            )
+            await _cancel_mid_call(client, marker)
+            # The session goes on after a cancelled request.
+            after = await client.call_tool("echo", {"after": True})
+            return result, after
+
+    result, after = _run(main)
+    assert result.is_error is False and json.loads(_text(result))["n"] == 13
+    assert any(message and message.startswith("running") for _, message in seen), seen
+    assert _stopped(marker)
+    assert json.loads(_text(after)) == {"got": {"after": True}}
+
+
 # --- streamable HTTP -----------------------------------------------------------------
 
 
@@ -351,28 +430,58 @@ def test_http_progress_is_reported_while_a_call_runs(http_url: str) -> None:
 
 def test_http_cancel_mid_call_stops_the_tool(http_url: str) -> None:
     marker = f"{uuid.uuid4().int % 10**6 + 7000}.375"
-    started: list[float] = []
 
     async def main() -> None:
-        async with _http(http_url) as client, anyio.create_task_group() as group:
-
-            async def call() -> None:
-                await client.call_tool("hold", {"marker": marker})
-                raise AssertionError("the call finished: it was not cancelled")
-
-            group.start_soon(call)
-            deadline = time.monotonic() + 15
-            while not processes_with(marker):
-                assert time.monotonic() < deadline, "the tool never started"
-                await anyio.sleep(0.05)
-            started.append(time.monotonic())
-            group.cancel_scope.cancel()
+        async with _http(http_url) as client:
+            await _cancel_mid_call(client, marker)
 
     _run(main)
-    # hold's own limit is 10 s: gone well before it, the cancel stopped it.
-    while processes_with(marker) and time.monotonic() < started[0] + 6:
-        time.sleep(0.1)
+    assert _stopped(marker)
+
+
+def test_http_calls_refused_arguments_timeout_and_outbox(http_url: str) -> None:
+    marker = f"{uuid.uuid4().int % 10**6 + 7000}.875"
+
+    async def main() -> dict[str, Any]:
+        async with _http(http_url) as client:
+            return {
+                "refused": await client.call_tool("work", {"n": "not a number"}),
+                "timeout": await client.call_tool("spin", {"marker": marker}),
+                "outbox": await client.call_tool("outbox", {}),
+            }
+
+    got = _run(main)
+    assert got["refused"].is_error is True
+    assert "n" in _text(got["refused"]) and "integer" in _text(got["refused"])
+    assert got["timeout"].is_error is True
+    assert "[timed out after 1 s]" in _text(got["timeout"])
     assert processes_with(marker) == []
+    resources = [c for c in got["outbox"].content if c.type == "resource"]
+    assert [base64.b64decode(r.resource.blob) for r in resources] == [b"hello outbox"]
+
+
+def test_http_an_unknown_tool_is_a_protocol_error(http_url: str) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    async def main() -> None:
+        async with _http(http_url) as client:
+            with pytest.raises(MCPError, match="unknown tool 'nope'"):
+                await client.call_tool("nope", {})
+
+    _run(main)
+
+
+def test_http_session_end_removes_its_workspace(cluster: Cluster, http_url: str) -> None:
+    marker = f"mark-{uuid.uuid4().hex}.txt"
+
+    async def main() -> None:
+        # The SDK's client ends its session (HTTP DELETE) when it closes.
+        async with _http(http_url) as client:
+            await client.call_tool("ws", {"write": {marker: "x"}})
+            assert _holding(cluster, marker), "the file is in the session's workspace"
+
+    _run(main)
+    assert _gone(cluster, marker), "the session's turn was not ended by its DELETE"
 
 
 def test_http_sessions_have_separate_workspaces(http_url: str) -> None:

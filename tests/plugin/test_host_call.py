@@ -19,7 +19,8 @@ from conftest import EXAMPLES, REPO, free_port
 from broker.errors import ConfigError, MissingSecret
 from broker.loading import load_deployment
 from broker.request import CallRequest
-from workers.worker import build_executor, check_plugin_locks
+from workers.assembly import build_executor
+from workers.preflight import check_plugin_locks
 
 PROBE = """\
 globalThis.tools.echo = {

@@ -144,3 +144,22 @@ def test_errors_name_the_path_never_the_host_folder(setup: HostSetup, tmp_path: 
     with pytest.raises(HostFailed) as missing:
         setup.call("workspace.read", "nope/a.txt")
     assert str(tmp_path) not in str(missing.value)
+
+
+def test_a_list_is_cut_at_a_thousand_entries(setup: HostSetup) -> None:
+    folder = setup.workspace() / "many"
+    folder.mkdir()
+    for i in range(1005):
+        (folder / f"{i:04}").touch()
+    listed = setup.call("workspace.list", "many")
+    assert len(listed["entries"]) == 1000 and listed["truncated"] is True
+    assert listed["entries"][-1] == {"name": "0999", "type": "file", "size": 0}
+    (folder / "0999").unlink()
+    for i in range(1000, 1005):
+        (folder / f"{i:04}").unlink()
+    assert setup.call("workspace.list", "many")["truncated"] is False
+
+
+def test_a_path_part_longer_than_a_file_name_is_refused(setup: HostSetup) -> None:
+    with pytest.raises(HostRefused, match="part longer than 255 bytes"):
+        setup.call("workspace.write", "x" * 300, "x")

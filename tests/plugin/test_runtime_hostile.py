@@ -130,3 +130,22 @@ def test_a_1_gb_webassembly_memory_is_refused(call: Calls) -> None:
     # call ends at its memory limit: never 1 GB granted.
     assert result.output != '"done: 1073741824"'
     assert _output(call, "environment") == "{}"
+
+
+def test_a_handler_reaches_nothing_of_the_runtime_outside_its_context(call: Calls) -> None:
+    # Constructors, import(), stack frames, a stack overflow's error: none leads out.
+    assert _output(call, "outer_realm") == "none"
+
+
+def test_timers_a_call_leaves_never_run_in_the_next(call: Calls) -> None:
+    assert _output(call, "leave_timer") == "left"
+    assert _output(call, "wait_a_little") == "waited"
+    bridge = call.runner.bridge
+    assert isinstance(bridge, Bridge)
+    assert [c for c in bridge.calls if c[1] == "log.info"] == []
+
+
+def test_a_rejection_nobody_handles_hurts_no_later_call(call: Calls) -> None:
+    assert _output(call, "unhandled") == "rejected"
+    assert _output(call, "environment") == "{}"
+    assert _output(call, "wait_a_little") == "waited"

@@ -4,8 +4,10 @@ SandboxRunner per test over a workspace root in tmp_path."""
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,34 +116,64 @@ class Sandbox:
         return self.runner.workspaces.for_turn("test-agent", turn)
 
 
-@pytest.fixture
-def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
-    package = tmp_path / "package"
-    data = tmp_path / "data"
+def make_sandbox(root: Path) -> Sandbox:
+    """A runner with its package, data and workspaces under `root`; close its runner."""
+    package = root / "package"
+    data = root / "data"
     package.mkdir()
     data.mkdir()
-    runner = SandboxRunner(WorkspaceStore(tmp_path / "workspaces"))
-    made = Sandbox(root=tmp_path, package=package, data=data, runner=runner)
+    runner = SandboxRunner(WorkspaceStore(root / "workspaces"))
+    return Sandbox(root=root, package=package, data=data, runner=runner)
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    made = make_sandbox(tmp_path)
+    runner = made.runner
     yield made
     runner.close()
     made.runner.close()  # a test may have put its own runner in
 
 
-def _stops_growing(path: Path, *, wait: float = 0.4) -> bool:
-    def size() -> int:
-        return path.stat().st_size if path.exists() else 0
+class Marked:
+    """Processes a test starts inside the sandbox, found on the host by a tag.
 
-    time.sleep(wait)
-    first = size()
-    time.sleep(wait)
-    return size() == first
+    `loop` is a shell loop that appends to /tmp/vessel/marker with the tag in its
+    command line; `gone()` is True once no process on the host has the tag in
+    its command line (a zombie has none): a proof by process, not by a file
+    that stopped growing while its writer may only have been descheduled.
+    """
+
+    def __init__(self) -> None:
+        self.tag = f"vessel-test-{uuid.uuid4().hex}"
+        self.loop = f"while :; do echo x >> /tmp/vessel/marker; sleep 0.05; done # {self.tag}"
+
+    def pids(self) -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+                except OSError:  # it ended while we looked
+                    continue
+                if self.tag.encode() in cmdline:
+                    found.append(int(entry))
+        return found
+
+    def gone(self, seconds: float = 10.0) -> bool:
+        """True once every tagged process has ended (waits up to `seconds` for it)."""
+        deadline = time.monotonic() + seconds
+        while self.pids():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
 
 
 @pytest.fixture
-def stops_growing() -> Callable[..., bool]:
-    """`stops_growing(path)`: True if a marker a background process appends to no
-    longer grows, i.e. the process that wrote it is dead (checked from the host)."""
-    return _stops_growing
+def marked() -> Marked:
+    """A tag for the processes a test starts, and the proof they are gone (`Marked`)."""
+    return Marked()
 
 
 #: A Python fork bomb that reports how many forks it got before one was refused.

@@ -11,28 +11,38 @@ import resource
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from broker.protocol import format_seconds
 from workers.sandbox import (
     bwrap,
+    call_results,
+    call_spawn,
     cgroup,
-    launcher,
+    etc_stage,
+    folders,
+    launcher_children,
+    launcher_client,
+    launcher_placement,
+    launcher_pool,
+    launcher_protocol,
     limits,
     outbox,
     probe,
     process,
+    reachable,
     runner,
     seccomp,
+    slot_launcher,
 )
 from workers.sandbox import workspace as workspace_module
 from workers.sandbox.outbox import collect_outbox, ensure_mount_point, escaped_name, unsafe_name
-from workers.sandbox.runner import SandboxRunner, format_seconds, timed_out_text
+from workers.sandbox.runner import SandboxRunner, timed_out_text
 from workers.sandbox.workspace import WorkspaceStore, default_workspace_root
 
-from .conftest import Sandbox
+from .conftest import Marked, Sandbox
 
 # --- outbox -------------------------------------------------------------------------------
 
@@ -376,10 +386,9 @@ def test_output_hard_cap_kills_and_says_so(sandbox: Sandbox) -> None:
 # --- cancel ---------------------------------------------------------------------------------
 
 
-def test_cancel_from_another_thread_kills_the_tree(
-    sandbox: Sandbox, stops_growing: Callable[..., bool]
-) -> None:
-    loop = "while :; do echo x >> /tmp/vessel/marker; sleep 0.05; done"
+def test_cancel_from_another_thread_kills_the_tree(sandbox: Sandbox, marked: Marked) -> None:
+    loop = marked.loop
+    running: list[int] = []
     cancel = threading.Event()
     marker = sandbox.workspace("cancel") / "marker"
 
@@ -387,8 +396,9 @@ def test_cancel_from_another_thread_kills_the_tree(
         deadline = time.monotonic() + 5
         while not marker.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
-        cancel.set()
+        running.extend(marked.pids())
         set_at.append(time.monotonic())
+        cancel.set()
 
     set_at: list[float] = []
     setter = threading.Thread(target=set_later)
@@ -400,9 +410,11 @@ def test_cancel_from_another_thread_kills_the_tree(
     setter.join()
     assert result.output == "[cancelled]"
     assert (result.outcome, result.is_error) == ("cancelled", True)
-    # The loop polls every 50 ms; the rest is the kill and the namespace teardown.
-    assert returned - set_at[0] < 0.5, returned - set_at[0]
-    assert stops_growing(marker)
+    # At the cancel, not at the 10-s limit nor after `sleep 30`: the runner polls every
+    # 50 ms; the rest is the kill and the namespace teardown, slow on a loaded host.
+    assert returned - set_at[0] < 3.0, returned - set_at[0]
+    assert running  # the tagged loop ran (the proof below is not vacuous)
+    assert marked.gone()
 
 
 def test_cancel_before_start_spawns_nothing(sandbox: Sandbox) -> None:
@@ -471,15 +483,6 @@ def test_seccomp_filter_builds_and_each_fd_is_fresh() -> None:
         os.close(b)
 
 
-def test_prlimit_argv_sets_soft_and_hard() -> None:
-    argv = limits.Limits(file_size_bytes=10, data_bytes=20, cpu_seconds=30).prlimit_argv(
-        "/usr/bin/prlimit"
-    )
-    assert "--nofile=4096:4096" in argv and "--fsize=10:10" in argv and "--core=0:0" in argv
-    assert "--cpu=30:31" in argv  # SIGXCPU at 30 s names the cause; SIGKILL a second later
-    assert argv[-1] == "--"
-
-
 def test_bwrap_options_hide_the_host(tmp_path: Path) -> None:
     layout = bwrap.Layout(
         package_dir=tmp_path / "pkg",
@@ -514,14 +517,24 @@ def test_probe_passes_here() -> None:
 def test_exported_names_exist() -> None:
     for module in (
         bwrap,
+        call_results,
+        call_spawn,
         cgroup,
-        launcher,
+        etc_stage,
+        folders,
+        launcher_children,
+        launcher_client,
+        launcher_placement,
+        launcher_pool,
+        launcher_protocol,
         limits,
         outbox,
         process,
         probe,
+        reachable,
         runner,
         seccomp,
+        slot_launcher,
         workspace_module,
     ):
         for name in module.__all__:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +29,36 @@ from broker.result import ToolResult
 from workers.service import ServiceCaller
 
 TOKEN = "s3cr3t-token-0123456789"
+
+#: How far past the moment a call must stop (its limit, its cancel) a test lets it
+#: run. The tests prove a call ends then and not when the hostile server would let
+#: it (it holds on for 30 s) nor at a longer limit (5 or 10 s): the slack is well
+#: below those, and well above the scheduling delays of a loaded 2-core machine.
+SLACK_SECONDS = 3.0
+
+
+def timed(fn: Callable[[], ToolResult]) -> tuple[ToolResult, float]:
+    """`fn()` and the seconds it took."""
+    started = time.monotonic()
+    result = fn()
+    return result, time.monotonic() - started
+
+
+class CancelAfter(threading.Event):
+    """A cancel flag set `seconds` from now; `set_at` says when it was set."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.set_at: float | None = None
+        threading.Timer(seconds, self._fire).start()
+
+    def _fire(self) -> None:
+        self.set_at = time.monotonic()
+        self.set()
+
+    def stopped_within(self, seconds: float) -> bool:
+        """True if the flag was set and the call returned (now) within `seconds` of it."""
+        return self.set_at is not None and time.monotonic() - self.set_at < seconds
 
 
 @dataclass
@@ -130,6 +161,8 @@ class RawServer:
         self.handler = handler
         self.stopped = threading.Event()
         self.connections = 0
+        #: The clients' addresses, in the order their connections were accepted.
+        self.peers: list[tuple[str, int]] = []
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -137,27 +170,50 @@ class RawServer:
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.sent = 0
+        #: Set when a connection's handler has returned (its client went away, or it ended).
+        self.handler_ended = threading.Event()
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
         while not self.stopped.is_set():
             try:
-                conn, _ = self.sock.accept()
+                conn, peer = self.sock.accept()
             except OSError:
                 return
             with self._lock:
                 self.connections += 1
+                self.peers.append(peer)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         # OSError: the client went away, which is often the point of the test.
-        with conn, contextlib.suppress(OSError):
-            self.handler(conn, self)
+        try:
+            with conn, contextlib.suppress(OSError):
+                self.handler(conn, self)
+        finally:
+            self.handler_ended.set()
 
     @staticmethod
     def read_request(conn: socket.socket) -> tuple[bytes, bytes]:
         return read_request(conn)
+
+    def connections_before_probe(self) -> int:
+        """How many connections reached this server before now, counted for sure.
+
+        Connects once more and waits until the accept thread has taken that
+        probe: connections are accepted in the order they came, so every earlier
+        one has been accepted by then, with no sleep that hopes it was long enough.
+        """
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as probe:
+            mine = probe.getsockname()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with self._lock:
+                    if mine in self.peers:
+                        return self.peers.index(mine)
+                time.sleep(0.01)
+        raise AssertionError("the probe connection was never accepted")
 
     def count_sent(self, n: int) -> None:
         with self._lock:

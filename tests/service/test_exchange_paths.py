@@ -25,6 +25,8 @@ import pytest
 
 from workers.service.transport import stops_by_itself
 
+from .conftest import SLACK_SECONDS, CancelAfter, timed
+
 pytestmark = pytest.mark.hostile
 
 TIMEOUT_TEXT = "lookup: the service did not answer within 1 s"
@@ -40,18 +42,6 @@ def path(request: pytest.FixtureRequest) -> str:
 def _transport(path: str) -> httpx.BaseTransport | None:
     # None: the caller builds its default (stopping) transport.
     return None if path == "inline" else httpx.HTTPTransport(retries=0)
-
-
-def _cancel_after(seconds: float) -> threading.Event:
-    event = threading.Event()
-    threading.Timer(seconds, event.set).start()
-    return event
-
-
-def _timed(fn):
-    started = time.monotonic()
-    result = fn()
-    return result, time.monotonic() - started
 
 
 @pytest.fixture
@@ -77,40 +67,42 @@ def black_hole() -> Iterator[str]:
 
 def test_the_default_transport_runs_exchanges_inline(make_caller) -> None:
     setup = make_caller("http://127.0.0.1:9")
-    assert stops_by_itself(setup.caller._client._transport)
-    assert setup.caller._inline
+    assert setup.caller.runs_inline
     plain = make_caller("http://127.0.0.1:9", transport=httpx.HTTPTransport())
-    assert not plain.caller._inline
+    assert not plain.caller.runs_inline
+    assert not stops_by_itself(httpx.HTTPTransport())
 
 
 def test_a_connect_nobody_answers_times_out(black_hole, make_caller, path) -> None:
     setup = make_caller(black_hole, timeout=1, transport=_transport(path))
-    result, elapsed = _timed(setup.call)
+    result, elapsed = timed(setup.call)
     assert result.output == TIMEOUT_TEXT and result.outcome == "timeout"
-    assert 0.95 <= elapsed < 1.5
+    assert 0.95 <= elapsed < 1 + SLACK_SECONDS
 
 
 def test_cancel_during_a_connect_nobody_answers(black_hole, make_caller, path) -> None:
     setup = make_caller(black_hole, timeout=10, transport=_transport(path))
-    result, elapsed = _timed(lambda: setup.call(cancel=_cancel_after(0.3)))
+    cancel = CancelAfter(0.3)
+    result = setup.call(cancel=cancel)
     assert result.output == "[cancelled]" and result.outcome == "cancelled"
-    assert 0.3 <= elapsed < 0.6
+    assert cancel.stopped_within(SLACK_SECONDS)  # at the cancel, long before the 10-s limit
 
 
 def test_a_request_nobody_reads_times_out(raw_server, make_caller, path) -> None:
     server = raw_server(lambda conn, s: s.stopped.wait(30))
     setup = make_caller(server.url, timeout=1, transport=_transport(path))
-    result, elapsed = _timed(lambda: setup.call({"id": BIG_ARGUMENT}))
+    result, elapsed = timed(lambda: setup.call({"id": BIG_ARGUMENT}))
     assert result.output == TIMEOUT_TEXT
-    assert elapsed < 1.5
+    assert elapsed < 1 + SLACK_SECONDS
 
 
 def test_cancel_while_a_request_nobody_reads_is_sent(raw_server, make_caller, path) -> None:
     server = raw_server(lambda conn, s: s.stopped.wait(30))
     setup = make_caller(server.url, timeout=10, transport=_transport(path))
-    result, elapsed = _timed(lambda: setup.call({"id": BIG_ARGUMENT}, cancel=_cancel_after(0.3)))
+    cancel = CancelAfter(0.3)
+    result = setup.call({"id": BIG_ARGUMENT}, cancel=cancel)
     assert result.output == "[cancelled]"
-    assert 0.3 <= elapsed < 0.6
+    assert cancel.stopped_within(SLACK_SECONDS)
 
 
 def test_an_answer_that_never_comes_times_out(raw_server, make_caller, path) -> None:
@@ -119,9 +111,9 @@ def test_an_answer_that_never_comes_times_out(raw_server, make_caller, path) -> 
         server.stopped.wait(30)
 
     setup = make_caller(raw_server(silent).url, timeout=1, transport=_transport(path))
-    result, elapsed = _timed(setup.call)
+    result, elapsed = timed(setup.call)
     assert result.output == TIMEOUT_TEXT and result.status is None
-    assert 0.95 <= elapsed < 1.5
+    assert 0.95 <= elapsed < 1 + SLACK_SECONDS
 
 
 def test_a_good_answer_is_the_same_on_both_paths(http_server, make_caller, path) -> None:

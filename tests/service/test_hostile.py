@@ -14,6 +14,8 @@ import tracemalloc
 
 import pytest
 
+from .conftest import SLACK_SECONDS, CancelAfter, timed
+
 pytestmark = pytest.mark.hostile
 
 TIMEOUT_TEXT = "lookup: the service did not answer within 1 s"
@@ -27,22 +29,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _timed(fn):
-    started = time.monotonic()
-    result = fn()
-    return result, time.monotonic() - started
-
-
 # --- unreachable -------------------------------------------------------------
 
 
 def test_connection_refused_is_unreachable(make_caller):
-    result, elapsed = _timed(make_caller(f"http://127.0.0.1:{_free_port()}").call)
+    result, elapsed = timed(make_caller(f"http://127.0.0.1:{_free_port()}").call)
     assert result.output == UNREACHABLE
     assert result.is_error
     assert result.status is None
     assert result.outcome == "error"
-    assert elapsed < 1
+    assert elapsed < SLACK_SECONDS  # at once, not at the 5-s limit
 
 
 def test_dns_failure_is_unreachable(make_caller):
@@ -84,12 +80,12 @@ def test_server_that_accepts_and_never_answers_times_out(raw_server, make_caller
         server.stopped.wait(30)
 
     setup = make_caller(raw_server(silent).url, timeout=1)
-    result, elapsed = _timed(setup.call)
+    result, elapsed = timed(setup.call)
     assert result.output == TIMEOUT_TEXT
     assert result.is_error
     assert result.outcome == "timeout"
     assert result.status is None
-    assert 0.95 <= elapsed < 1.5
+    assert 0.95 <= elapsed < 1 + SLACK_SECONDS
 
 
 def test_slow_drip_body_is_cut_at_the_whole_call_limit(raw_server, make_caller):
@@ -103,11 +99,11 @@ def test_slow_drip_body_is_cut_at_the_whole_call_limit(raw_server, make_caller):
             time.sleep(0.2)
 
     setup = make_caller(raw_server(drip).url, timeout=1)
-    result, elapsed = _timed(setup.call)
+    result, elapsed = timed(setup.call)
     assert result.output == TIMEOUT_TEXT
     assert result.outcome == "timeout"
     assert result.status == 200  # the status line did arrive
-    assert 0.95 <= elapsed < 1.5
+    assert 0.95 <= elapsed < 1 + SLACK_SECONDS
 
 
 def test_slow_drip_headers_are_cut_at_the_whole_call_limit(raw_server, make_caller):
@@ -119,9 +115,9 @@ def test_slow_drip_headers_are_cut_at_the_whole_call_limit(raw_server, make_call
             conn.sendall(bytes([byte]))
             time.sleep(0.2)
 
-    result, elapsed = _timed(make_caller(raw_server(drip).url, timeout=1).call)
+    result, elapsed = timed(make_caller(raw_server(drip).url, timeout=1).call)
     assert result.output == TIMEOUT_TEXT
-    assert 0.95 <= elapsed < 1.5
+    assert 0.95 <= elapsed < 1 + SLACK_SECONDS
 
 
 def test_fractional_timeout_is_written_as_is(raw_server, make_caller):
@@ -136,11 +132,11 @@ def test_fractional_timeout_is_written_as_is(raw_server, make_caller):
 def test_server_that_never_reads_the_request_times_out(raw_server, make_caller):
     # The request body is small, so it fits the socket buffers; the server
     # simply never looks at it.
-    result, elapsed = _timed(
+    result, elapsed = timed(
         make_caller(raw_server(lambda c, s: s.stopped.wait(30)).url, timeout=1).call
     )
     assert result.output == TIMEOUT_TEXT
-    assert elapsed < 1.5
+    assert elapsed < 1 + SLACK_SECONDS
 
 
 # --- size -----------------------------------------------------------------------
@@ -169,18 +165,18 @@ def test_10_mb_body_is_refused_fast_with_memory_bounded(raw_server, make_caller,
     setup = make_caller(server.url, timeout=10)
     tracemalloc.start()
     try:
-        result, elapsed = _timed(setup.call)
+        result, elapsed = timed(setup.call)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert result.output == TOO_LARGE
     assert result.is_error
     assert result.status == 200
-    assert elapsed < 2
+    assert elapsed < SLACK_SECONDS  # at the cap, not at the 10-s limit
     # The cap is 1 MB; a little over twice that for the chunks and their join.
     assert peak < 4_000_000
-    # Reading stopped: the server could not push the whole 10 MB through.
-    time.sleep(0.2)
+    # Reading stopped: the server's sending failed (or ended) before the whole 10 MB.
+    assert server.handler_ended.wait(10)
     assert server.sent < 9_000_000
 
 
@@ -190,9 +186,9 @@ def test_declared_length_over_the_cap_is_refused_before_reading(raw_server, make
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2000000\r\n\r\nsmall")
         server.stopped.wait(30)
 
-    result, elapsed = _timed(make_caller(raw_server(liar).url, timeout=5).call)
+    result, elapsed = timed(make_caller(raw_server(liar).url, timeout=5).call)
     assert result.output == TOO_LARGE
-    assert elapsed < 1
+    assert elapsed < SLACK_SECONDS  # before reading, not at the 5-s limit
 
 
 def test_content_length_smaller_than_the_body_shows_the_declared_bytes(raw_server, make_caller):
@@ -202,10 +198,10 @@ def test_content_length_smaller_than_the_body_shows_the_declared_bytes(raw_serve
         for _ in range(150):  # 10 MB more than it declared
             conn.sendall(b"!" * 65536)
 
-    result, elapsed = _timed(make_caller(raw_server(liar).url, timeout=5).call)
+    result, elapsed = timed(make_caller(raw_server(liar).url, timeout=5).call)
     assert result.output == "0123456789"
     assert not result.is_error
-    assert elapsed < 1
+    assert elapsed < SLACK_SECONDS  # at the declared length, not at the 5-s limit
 
 
 def test_content_length_larger_than_the_body_then_close_is_unreachable(raw_server, make_caller):
@@ -278,17 +274,10 @@ def test_redirect_to_another_host_is_not_followed(http_server, raw_server, make_
     assert result.output == f"lookup failed (HTTP {status})"
     assert result.is_error
     assert result.status == status
-    time.sleep(0.1)
-    assert other.connections == 0
+    assert other.connections_before_probe() == 0
 
 
 # --- cancellation ---------------------------------------------------------------
-
-
-def _cancel_after(seconds: float) -> threading.Event:
-    event = threading.Event()
-    threading.Timer(seconds, event.set).start()
-    return event
 
 
 def test_cancel_while_waiting_for_an_answer(raw_server, make_caller):
@@ -297,11 +286,12 @@ def test_cancel_while_waiting_for_an_answer(raw_server, make_caller):
         server.stopped.wait(30)
 
     setup = make_caller(raw_server(silent).url, timeout=10)
-    result, elapsed = _timed(lambda: setup.call(cancel=_cancel_after(0.3)))
+    cancel = CancelAfter(0.3)
+    result = setup.call(cancel=cancel)
     assert result.output == "[cancelled]"
     assert result.is_error
     assert result.outcome == "cancelled"
-    assert 0.3 <= elapsed < 0.6
+    assert cancel.stopped_within(SLACK_SECONDS)  # at the cancel, not at the 10-s limit
 
 
 def test_cancel_during_a_dripping_body(raw_server, make_caller):
@@ -315,9 +305,10 @@ def test_cancel_during_a_dripping_body(raw_server, make_caller):
             time.sleep(0.2)
 
     setup = make_caller(raw_server(drip).url, timeout=10)
-    result, elapsed = _timed(lambda: setup.call(cancel=_cancel_after(0.5)))
+    cancel = CancelAfter(0.5)
+    result = setup.call(cancel=cancel)
     assert result.output == "[cancelled]"
-    assert elapsed < 0.7
+    assert cancel.stopped_within(SLACK_SECONDS)
 
 
 def test_cancel_set_before_the_call_sends_nothing(raw_server, make_caller):
@@ -326,8 +317,7 @@ def test_cancel_set_before_the_call_sends_nothing(raw_server, make_caller):
     cancel.set()
     result = make_caller(server.url).call(cancel=cancel)
     assert result.output == "[cancelled]"
-    time.sleep(0.1)
-    assert server.connections == 0
+    assert server.connections_before_probe() == 0
 
 
 def test_cancelled_exchange_frees_its_connection(raw_server, make_caller):
@@ -345,8 +335,8 @@ def test_cancelled_exchange_frees_its_connection(raw_server, make_caller):
             closed.set()
 
     setup = make_caller(raw_server(silent).url, timeout=10)
-    setup.call(cancel=_cancel_after(0.2))
-    assert closed.wait(1)
+    setup.call(cancel=CancelAfter(0.2))
+    assert closed.wait(SLACK_SECONDS)  # before the server's own 5-s read timeout
 
 
 # --- given-up exchanges end, and keep-alive works ---------------------------------
@@ -354,6 +344,14 @@ def test_cancelled_exchange_frees_its_connection(raw_server, make_caller):
 
 def _service_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("vessel-service-")]
+
+
+def _threads_ended(seconds: float) -> bool:
+    """True once every exchange thread has ended (joined, not slept on)."""
+    deadline = time.monotonic() + seconds
+    for thread in _service_threads():
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return _service_threads() == []
 
 
 def _keep_alive_then(second):
@@ -397,13 +395,12 @@ def test_endless_100_continue_on_a_reused_connection_ends(raw_server, make_calle
     server = raw_server(_keep_alive_then(endless))
     setup = make_caller(server.url, timeout=1)
     assert setup.call().output == "first"
-    result, elapsed = _timed(setup.call)
+    result, elapsed = timed(setup.call)
     assert result.output == TIMEOUT_TEXT
-    assert elapsed < 1.5
+    assert elapsed < 1 + SLACK_SECONDS
     # The exchange thread stopped reading and its connection was closed.
-    assert ended.wait(1)
-    time.sleep(0.2)
-    assert _service_threads() == []
+    assert ended.wait(SLACK_SECONDS)
+    assert _threads_ended(SLACK_SECONDS)
 
 
 def test_cancel_while_a_reused_connection_waits_for_headers(raw_server, make_caller):
@@ -419,10 +416,11 @@ def test_cancel_while_a_reused_connection_waits_for_headers(raw_server, make_cal
 
     setup = make_caller(raw_server(_keep_alive_then(silent)).url, timeout=10)
     assert setup.call().output == "first"
-    result, elapsed = _timed(lambda: setup.call(cancel=_cancel_after(0.2)))
+    cancel = CancelAfter(0.2)
+    result = setup.call(cancel=cancel)
     assert result.output == "[cancelled]"
-    assert elapsed < 0.55
-    assert closed.wait(1)
+    assert cancel.stopped_within(SLACK_SECONDS)
+    assert closed.wait(SLACK_SECONDS)  # before the server's own 5-s read timeout
 
 
 def test_huge_response_headers_are_unreachable(raw_server, make_caller):
@@ -432,6 +430,6 @@ def test_huge_response_headers_are_unreachable(raw_server, make_caller):
         for _ in range(200):
             conn.sendall(b"X-Junk: " + b"j" * 65536 + b"\r\n")
 
-    result, elapsed = _timed(make_caller(raw_server(huge).url, timeout=5).call)
+    result, elapsed = timed(make_caller(raw_server(huge).url, timeout=5).call)
     assert result.output == UNREACHABLE
-    assert elapsed < 1
+    assert elapsed < SLACK_SECONDS  # at the header limit, not at the 5-s limit

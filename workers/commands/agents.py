@@ -13,22 +13,20 @@ import json
 from collections import Counter
 from typing import Any
 
-from workers.commands.common import EXIT_OK, epilog, fail, load
+from workers.commands.common import EXIT_OK, add_verb, fail, load
 
 __all__ = ["add_parser", "rows", "run"]
 
 
 def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    parser = subparsers.add_parser(
+    parser = add_verb(
+        subparsers,
+        common,
         "agents",
-        parents=[common],
         help="list the deployment's agents, their tool counts, kinds and limits",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=epilog(
-            exit_codes="  0 listed\n  2 the deployment is invalid (its problems on stderr)",
-            example="vessel-workers agents -d examples/deployment.toml --json",
-        ),
+        doc=__doc__,
+        exit_codes="  0 listed\n  2 the deployment is invalid (its problems on stderr)",
+        example="vessel-workers agents -d examples/deployment.toml --json",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list instead")
     parser.set_defaults(run=run)

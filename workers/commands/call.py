@@ -138,11 +138,11 @@ def _runs(deployment: Deployment, agent: str, tool: str, text: str) -> Tool | No
 @contextmanager
 def _answering_client(deployment: Deployment, settings: Settings) -> Iterator[VesselClient]:
     """An embedded client without a worker: for calls the catalogue answers at submit."""
-    from broker.celery_app import make_app  # noqa: PLC0415
-    from broker.client import VesselClient, longest_tool_seconds  # noqa: PLC0415
+    from broker.celery_app import longest_timeout, make_app  # noqa: PLC0415
+    from broker.client import VesselClient  # noqa: PLC0415
     from broker.embedded import LocalAdmission  # noqa: PLC0415
 
-    app = make_app(settings, longest_tool_seconds=longest_tool_seconds(deployment))
+    app = make_app(settings, longest_tool_seconds=longest_timeout(deployment))
     client = VesselClient(deployment, settings, app=app, admission=LocalAdmission())
     try:
         yield client
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
                 # search_tools (or a refusal) is answered at submit: no worker.
                 client = stack.enter_context(_answering_client(deployment, settings))
             elif settings.embedded and kind is not None:
-                from workers.worker import embedded_client  # noqa: PLC0415
+                from workers.embedded import embedded_client  # noqa: PLC0415
 
                 # Only the called agent's secrets are needed here.
                 embedded = embedded_client(

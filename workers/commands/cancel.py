@@ -16,44 +16,38 @@ from workers.commands.common import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_REFUSED,
-    epilog,
+    add_verb,
+    connect,
     fail,
-    load,
-    remote_client,
 )
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    parser = subparsers.add_parser(
+    parser = add_verb(
+        subparsers,
+        common,
         "cancel",
-        parents=[common],
         help="cancel a queued or running call",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=epilog(
-            exit_codes=(
-                "  0 cancelled (it was queued or running)\n  1 it had already finished "
-                "(or Redis failed)\n  2 an unknown call id, no broker, an unreachable Redis, "
-                "an invalid deployment"
-            ),
-            environment=BROKER_ENV,
-            example="vessel-workers cancel 3f2a9c0e5b7d4e1f8a6b2c4d0e9f1a3b",
+        doc=__doc__,
+        exit_codes=(
+            "  0 cancelled (it was queued or running)\n  1 it had already finished "
+            "(or Redis failed)\n  2 an unknown call id, no broker, an unreachable Redis, "
+            "an invalid deployment"
         ),
+        environment=BROKER_ENV,
+        example="vessel-workers cancel 3f2a9c0e5b7d4e1f8a6b2c4d0e9f1a3b",
     )
     parser.add_argument("call_id", metavar="CALL_ID", help="the call's id")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load("cancel", args)
-    if isinstance(loaded, int):
-        return loaded
-    settings, deployment = loaded
-    client = remote_client("cancel", settings, deployment)
-    if isinstance(client, int):
-        return client
+    connected = connect("cancel", args)
+    if isinstance(connected, int):
+        return connected
+    _settings, _deployment, client = connected
     try:
         outcome = client.cancel_outcome(args.call_id)
     except TransientError as exc:

@@ -25,6 +25,8 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_REFUSED",
+    "add_verb",
+    "connect",
     "epilog",
     "fail",
     "load",
@@ -52,6 +54,30 @@ def epilog(*, exit_codes: str, example: str, environment: str = "") -> str:
     (for argparse.RawDescriptionHelpFormatter: the text is kept as written)."""
     env = "\n".join(x for x in (_DEPLOYMENT_ENV, environment) if x)
     return f"exit status:\n{exit_codes}\n\nenvironment:\n{env}\n\nexample:\n  {example}\n"
+
+
+def add_verb(
+    subparsers: Any,
+    common: argparse.ArgumentParser,
+    name: str,
+    *,
+    help: str,
+    doc: str | None,
+    exit_codes: str,
+    example: str,
+    environment: str = "",
+) -> argparse.ArgumentParser:
+    """A verb's parser: its one-line help, its module docstring as the
+    description, and the epilog every verb ends its --help with."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name,
+        parents=[common],
+        help=help,
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=epilog(exit_codes=exit_codes, environment=environment, example=example),
+    )
+    return parser
 
 
 def fail(verb: str, message: str, code: int = EXIT_REFUSED) -> int:
@@ -91,6 +117,19 @@ def remote_client(verb: str, settings: Settings, deployment: Deployment) -> Vess
         return VesselClient(deployment, settings)
     except (BrokerUnavailable, ConfigError, ValueError) as exc:
         return fail(verb, str(exc))
+
+
+def connect(verb: str, args: argparse.Namespace) -> tuple[Settings, Deployment, VesselClient] | int:
+    """`load`, then `remote_client`: what a verb that reads the workers' Redis
+    starts with; or the exit code after one line saying what is wrong."""
+    loaded = load(verb, args)
+    if isinstance(loaded, int):
+        return loaded
+    settings, deployment = loaded
+    client = remote_client(verb, settings, deployment)
+    if isinstance(client, int):
+        return client
+    return settings, deployment, client
 
 
 def print_result(result: Any, *, as_json: bool) -> None:

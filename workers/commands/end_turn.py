@@ -18,7 +18,7 @@ from workers.commands.common import (
     BROKER_ENV,
     EXIT_ERROR,
     EXIT_OK,
-    epilog,
+    add_verb,
     fail,
     load,
     remote_client,
@@ -28,22 +28,19 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    parser = subparsers.add_parser(
+    parser = add_verb(
+        subparsers,
+        common,
         "end-turn",
-        parents=[common],
         help="end a turn: its workspaces are removed on every sandbox host",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=epilog(
-            exit_codes=(
-                "  0 ended (also for a turn nobody knows: there is nothing to remove)\n"
-                "  1 Redis failed while sending it\n"
-                "  2 an unreachable Redis, an invalid deployment"
-            ),
-            environment=BROKER_ENV
-            + "\n  VESSEL_WORKSPACE_ROOT the workspace root (embedded default)",
-            example="vessel-workers end-turn turn-42",
+        doc=__doc__,
+        exit_codes=(
+            "  0 ended (also for a turn nobody knows: there is nothing to remove)\n"
+            "  1 Redis failed while sending it\n"
+            "  2 an unreachable Redis, an invalid deployment"
         ),
+        environment=BROKER_ENV + "\n  VESSEL_WORKSPACE_ROOT the workspace root (embedded default)",
+        example="vessel-workers end-turn turn-42",
     )
     parser.add_argument("turn", metavar="TURN", help="the turn id given to call --turn")
     parser.set_defaults(run=run)

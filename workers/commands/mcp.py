@@ -12,7 +12,8 @@ real workers.
 
 Exit status: 0 when the client closed the session (stdio) or the server was
 stopped; 2 refused before serving (an invalid deployment, an unknown agent, a
-bad owner or address, a token variable that is not set, no confinement here).
+bad owner or address, a tool name the model APIs refuse, a token variable that
+is not set, no confinement here).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
             exit_codes=(
                 "  0 the client closed the session (stdio) or the server was stopped\n"
                 "  2 refused before serving: an invalid deployment, an unknown agent, a bad\n"
-                "    owner or address, a token variable that is not set, no confinement here"
+                "    owner or address, a tool name the model APIs refuse (over 64 characters),\n"
+                "    a token variable that is not set, no confinement here"
             ),
             environment=(
                 BROKER_ENV + "\n"
@@ -97,11 +99,14 @@ def run(args: argparse.Namespace) -> int:
 
     from broker.config import Settings  # noqa: PLC0415
     from broker.loading import load_deployment  # noqa: PLC0415
+    from broker.tool_formats import in_format, listed  # noqa: PLC0415
 
     try:
         settings = Settings.from_environ()
         deployment = load_deployment(args.deployment)
         agent = deployment.agent(args.agent)
+        # A name the model APIs refuse is refused here, before anything is served.
+        in_format(listed(deployment, args.agent), "mcp")
         address = parse_address(args.http) if args.http is not None else None
         owner = check_owner(args.owner) if address is None else None
         tokens: dict[str, str] = {}
@@ -122,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         try:
             if settings.embedded:
-                from workers.worker import embedded_client  # noqa: PLC0415
+                from workers.embedded import embedded_client  # noqa: PLC0415
 
                 kinds = sorted({tool.kind for tool in agent.tools.values()})
                 if len(kinds) > 1:

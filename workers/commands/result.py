@@ -18,34 +18,31 @@ from workers.commands.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     EXIT_REFUSED,
-    epilog,
+    add_verb,
+    connect,
     fail,
-    load,
     print_result,
-    remote_client,
 )
 
 __all__ = ["add_parser", "known", "run"]
 
 
 def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    parser = subparsers.add_parser(
+    parser = add_verb(
+        subparsers,
+        common,
         "result",
-        parents=[common],
         help="print a call's result (waiting for it), as call does",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=epilog(
-            exit_codes=(
-                "  0 a result\n  1 an error result (the tool failed, timed out, was cancelled),\n"
-                "    or no result within --timeout\n"
-                "  2 an unknown call id (never submitted, or its result expired), no broker,\n"
-                "    an unreachable Redis, an invalid deployment\n"
-                "  130 interrupted (Ctrl-C); the call goes on"
-            ),
-            environment=BROKER_ENV,
-            example="vessel-workers result 3f2a9c0e5b7d4e1f8a6b2c4d0e9f1a3b --json",
+        doc=__doc__,
+        exit_codes=(
+            "  0 a result\n  1 an error result (the tool failed, timed out, was cancelled),\n"
+            "    or no result within --timeout\n"
+            "  2 an unknown call id (never submitted, or its result expired), no broker,\n"
+            "    an unreachable Redis, an invalid deployment\n"
+            "  130 interrupted (Ctrl-C); the call goes on"
         ),
+        environment=BROKER_ENV,
+        example="vessel-workers result 3f2a9c0e5b7d4e1f8a6b2c4d0e9f1a3b --json",
     )
     parser.add_argument("call_id", metavar="CALL_ID", help="the call's id (a result's call_id)")
     parser.add_argument("--json", action="store_true", help="print the whole result as JSON")
@@ -69,13 +66,10 @@ def known(client: Any, call_id: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load("result", args)
-    if isinstance(loaded, int):
-        return loaded
-    settings, deployment = loaded
-    client = remote_client("result", settings, deployment)
-    if isinstance(client, int):
-        return client
+    connected = connect("result", args)
+    if isinstance(connected, int):
+        return connected
+    _settings, _deployment, client = connected
     from broker.client import CallHandle  # noqa: PLC0415
     from workers.commands.call import exit_code  # noqa: PLC0415
 

@@ -22,31 +22,28 @@ from workers.commands.common import (
     BROKER_ENV,
     EXIT_ERROR,
     EXIT_OK,
-    epilog,
+    add_verb,
+    connect,
     fail,
-    load,
-    remote_client,
 )
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    parser = subparsers.add_parser(
+    parser = add_verb(
+        subparsers,
+        common,
         "status",
-        parents=[common],
         help="show live workers per lane and queued/running calls per agent",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=epilog(
-            exit_codes=(
-                "  0 shown\n  1 Redis failed while reading\n"
-                "  2 no broker (VESSEL_BROKER_URL), an unreachable Redis, an invalid deployment"
-            ),
-            environment=BROKER_ENV
-            + "\n  VESSEL_HEARTBEAT_SECONDS the workers' heartbeat period (default 2)",
-            example="VESSEL_BROKER_URL=redis://127.0.0.1:6379/0 vessel-workers status --json",
+        doc=__doc__,
+        exit_codes=(
+            "  0 shown\n  1 Redis failed while reading\n"
+            "  2 no broker (VESSEL_BROKER_URL), an unreachable Redis, an invalid deployment"
         ),
+        environment=BROKER_ENV
+        + "\n  VESSEL_HEARTBEAT_SECONDS the workers' heartbeat period (default 2)",
+        example="VESSEL_BROKER_URL=redis://127.0.0.1:6379/0 vessel-workers status --json",
     )
     parser.add_argument(
         "--json",
@@ -90,13 +87,10 @@ def _print(status: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load("status", args)
-    if isinstance(loaded, int):
-        return loaded
-    settings, deployment = loaded
-    client = remote_client("status", settings, deployment)
-    if isinstance(client, int):
-        return client
+    connected = connect("status", args)
+    if isinstance(connected, int):
+        return connected
+    settings, deployment, client = connected
     from broker.status import read_status  # noqa: PLC0415
 
     kinds = {a.id: [t.kind for t in a.tools.values()] for a in deployment.agents.values()}

@@ -25,7 +25,6 @@ import mimetypes
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +34,7 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from broker.client import VesselClient
+from broker.client import CallHandle, VesselClient
 from broker.errors import CallTimeout, TransientError, UnknownTool
 from broker.result import ToolResult
 from broker.tool_formats import in_format, listed
@@ -118,6 +117,35 @@ class Turns:
             self.end(key)
 
 
+class _Pending:
+    """A call being submitted from a worker thread while its request may be cancelled.
+
+    Whichever comes second does the cancel: the request's cancel once the call
+    is submitted, or the submitting thread if the request was cancelled first.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._call_id: str | None = None
+        self._cancelled = False
+
+    def submitted(self, handle: CallHandle) -> bool:
+        """Records the call; False if the request was cancelled meanwhile."""
+        with self._lock:
+            self._call_id = handle.call_id
+            return not self._cancelled
+
+    def call_id(self) -> str:
+        assert self._call_id is not None  # set before the first wait returns
+        return self._call_id
+
+    def cancel(self) -> str | None:
+        """The call to cancel, or None when the submitting thread will."""
+        with self._lock:
+            self._cancelled = True
+            return self._call_id
+
+
 def session_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
     """The HTTP session id of the request; None over stdio."""
     request = ctx.request
@@ -171,22 +199,22 @@ def build_server(
     *,
     owner: str | None,
     turns: Turns,
-    listing: Callable[[], list[dict[str, Any]]] | None = None,
 ) -> Server[Any]:
     """The MCP server of `agent`'s catalogue.
 
     `owner`: the owner of every call (stdio); None takes it from the request's
-    bearer token (HTTP). `listing` defaults to the list the model is given.
+    bearer token (HTTP). InvalidToolName (before anything is served) when a
+    listed name is one the model APIs refuse.
     """
-    deployment = client.deployment
-
-    def current_listing() -> list[dict[str, Any]]:
-        return listing() if listing is not None else listed(deployment, agent)
+    # The deployment is fixed for the server's life, and so is the list: made
+    # once, not per request (a call checks its tool against it).
+    tools = in_format(listed(client.deployment, agent), "mcp")
+    names = frozenset(str(entry["name"]) for entry in tools)
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
     ) -> dict[str, Any]:
-        return {"tools": in_format(current_listing(), "mcp")}
+        return {"tools": tools}
 
     async def discover(ctx: ServerRequestContext[Any, Any], params: types.RequestParams) -> None:
         raise MCPError(
@@ -201,50 +229,76 @@ def build_server(
         who = owner if owner is not None else _owner_of_request(ctx)
         if who is None:  # cannot happen behind the bearer check; refuse all the same
             raise MCPError(types.INVALID_REQUEST, "no owner: the request is not authenticated")
-        names = {str(entry["name"]) for entry in current_listing()}
         if params.name not in names:
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {params.name!r}")
         turn = turns.turn_for(session_key(ctx), who)
         arguments = params.arguments if params.arguments is not None else {}
-        try:
-            handle = await anyio.to_thread.run_sync(
-                lambda: client.submit(agent, params.name, arguments, owner=who, turn=turn)
-            )
-        except UnknownTool as exc:
-            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
-        except TransientError as exc:
-            raise MCPError(types.INTERNAL_ERROR, f"{exc} (nothing ran)") from exc
+        pending = _Pending()
+
+        def submit_and_wait() -> ToolResult | None:
+            # One hop to a worker thread for the submit and the first wait: a
+            # quick call's result is back before the first progress is due.
+            handle = client.submit(agent, params.name, arguments, owner=who, turn=turn)
+            if not pending.submitted(handle):  # cancelled while it was being submitted
+                client.cancel(handle.call_id)
+                return None
+            return _result_within(client, handle.call_id)
+
         token = _progress_token(ctx)
         started = time.monotonic()
         try:
-            while True:
-                try:
-                    result = await anyio.to_thread.run_sync(
-                        handle.result, PROGRESS_SECONDS, abandon_on_cancel=True
-                    )
-                    break
-                except CallTimeout:
-                    pass
+            try:
+                result = await anyio.to_thread.run_sync(submit_and_wait, abandon_on_cancel=True)
+            except UnknownTool as exc:
+                raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+            except TransientError as exc:
+                raise MCPError(types.INTERNAL_ERROR, f"{exc} (nothing ran)") from exc
+            while result is None:
+                call_id = pending.call_id()
                 if token is not None:
-                    running = await anyio.to_thread.run_sync(
-                        client.admission.claimed, handle.call_id
-                    )
+                    running = await anyio.to_thread.run_sync(client.admission.claimed, call_id)
                     elapsed = round(time.monotonic() - started, 1)
                     phase = "running" if running else "queued"
                     await ctx.session.report_progress(
                         elapsed, None, f"{phase}, {elapsed:.1f} s elapsed"
                     )
+                result = await anyio.to_thread.run_sync(
+                    _result_within, client, call_id, abandon_on_cancel=True
+                )
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(client.cancel, handle.call_id)
+            to_cancel = pending.cancel()
+            if to_cancel is not None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(client.cancel, to_cancel)
             raise
         return call_content(result, agent=agent, turn=turn)
 
     server: Server[Any] = Server(SERVER_NAME, version=_version())
+    if not _tracing():
+        # The SDK wraps every request in an OpenTelemetry span; with no tracer
+        # provider set the span records nothing, and costs a few % of a call.
+        server.middleware = [
+            m for m in server.middleware if type(m).__name__ != "OpenTelemetryMiddleware"
+        ]
     server.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
     server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
     server.add_request_handler("server/discover", types.RequestParams, discover)
     return server
+
+
+def _tracing() -> bool:
+    """True when a real OpenTelemetry tracer provider is set (e.g. by opentelemetry-instrument)."""
+    from opentelemetry import trace  # noqa: PLC0415 (a dependency of the SDK)
+
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def _result_within(client: VesselClient, call_id: str) -> ToolResult | None:
+    """The call's result if it comes within one progress period; else None."""
+    try:
+        return client.result(call_id, PROGRESS_SECONDS)
+    except CallTimeout:
+        return None
 
 
 def _version() -> str:

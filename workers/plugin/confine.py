@@ -129,6 +129,9 @@ def node_argv(config: str, *, probe: bool = False) -> list[str]:
         f"--allow-fs-read={PLUGIN_ROOT}/",
         f"--allow-fs-read={RUNTIME_DIR}/",
         *(["--allow-fs-read=/proc/self/status"] if probe else []),
+        # vm's import() hook: without it a context's import() rejects with an
+        # error of the isolate's outer realm (a way out of the context).
+        "--experimental-vm-modules",
         "--no-warnings",  # --allow-worker's SecurityWarning would fill stderr
         f"--max-old-space-size={_MAIN_HEAP_MB}",
         "--v8-pool-size=2",

@@ -1,6 +1,6 @@
 """The read-only folder a runtime process sees: the runtime's scripts and the plugin's sources.
 
-    <stage>/runtime/   runtime.mjs, isolate.mjs (workers/plugin/js)
+    <stage>/runtime/   runtime.mjs, isolate.mjs, contexts.mjs, context.js (workers/plugin/js)
     <stage>/plugin/    each source at its relative path, nothing else of the plugin folder
 
 A copy, not the plugin folder itself: the runtime sees exactly the sources the
@@ -35,7 +35,7 @@ __all__ = [
 
 #: The runtime's own scripts, shipped in the wheel (pyproject package-data).
 JS_DIR = Path(__file__).parent / "js"
-_RUNTIME_FILES = ("runtime.mjs", "isolate.mjs")
+_RUNTIME_FILES = ("runtime.mjs", "isolate.mjs", "contexts.mjs", "context.js")
 _PREFIX = "vessel-plugin-"
 #: A stage of a dead pid is removed only once this old: the pid may be another
 #: pid namespace's (workers in containers sharing /tmp).

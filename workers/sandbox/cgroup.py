@@ -17,7 +17,7 @@ mounted, as on these machines:
 
 How a call is placed inside, without `preexec_fn` (the worker is threaded):
 
-- on the launcher path (`launcher.py`, the default), each launcher owns a
+- on the launcher path (`slot_launcher.py`, the default), each launcher owns a
   "slot" cgroup per controller (`create(kind="slot")`, pids.max = PIDS_MAX + 1:
   the launcher counts as one) and joins it once at its start; everything it
   starts is born inside. Per call the runner sets the slot's

@@ -4,7 +4,7 @@ Workers are threaded (Celery's threads pool), and `preexec_fn` is not safe in a
 threaded parent, so the limits are set by a process that runs before bwrap and
 that bwrap inherits them from (soft = hard, so a tool cannot raise them):
 
-- on the launcher path (`launcher.py`), the slot launcher, single-threaded,
+- on the launcher path (`slot_launcher.py`), the slot launcher, single-threaded,
   sets `Limits.rlimits` on itself once at its start; every call it spawns
   (posix_spawn) inherits them. A launcher serves only calls with its limits;
 - on the direct path, the `/bin/sh` wrapper that joins the call's cgroups
@@ -15,8 +15,6 @@ dash's `ulimit` has no flag for RLIMIT_MSGQUEUE, so that one (0: POSIX message
 queues, which seccomp refuses as well) is set once on the worker process itself
 (`restrict_worker_msgqueue`), where every call and every launcher inherits it
 (a launcher sets it again): the worker never uses message queues.
-`Limits.prlimit_argv` is the equivalent util-linux `prlimit` prefix, kept for
-reference and diagnostics.
 
 RLIMIT_CPU is the exception to "set on the launcher itself": the kernel counts
 it per process, and a launcher lives for thousands of calls, so its own CPU
@@ -25,7 +23,7 @@ launcher per timeout would make the pool churn). So it is never among the
 launcher's own limits (`Limits.rlimits`); the launcher sets it on each child
 with prlimit(2) right after posix_spawn, before the child (bwrap) can start
 anything: bwrap blocks reading its --args from a pipe the launcher fills only
-after the prlimit (`launcher._spawn`). On the direct path dash's `ulimit -t`
+after the prlimit (`launcher_children.spawn_child`). On the direct path dash's `ulimit -t`
 sets it like the others. Each process of the call inherits it and counts its
 own CPU time from zero.
 
@@ -54,7 +52,6 @@ from __future__ import annotations
 import math
 import os
 import resource
-import shutil
 from dataclasses import dataclass
 
 from broker.model import AgentSettings
@@ -66,7 +63,6 @@ __all__ = [
     "USER_PROCESSES",
     "Limits",
     "cpu_seconds",
-    "prlimit_binary",
     "restrict_worker_msgqueue",
 ]
 
@@ -135,25 +131,6 @@ class Limits:
             cpu_seconds=cpu_seconds(timeout, settings.cpu_limit),
         )
 
-    def prlimit_argv(self, binary: str) -> list[str]:
-        """`prlimit --x=soft:hard ... --` : soft and hard equal, so a tool cannot raise them."""
-
-        def pair(value: int) -> str:
-            return f"{value}:{value}"
-
-        return [
-            binary,
-            f"--nofile={pair(self.open_files)}",
-            f"--fsize={pair(self.file_size_bytes)}",
-            f"--data={pair(self.data_bytes)}",
-            f"--core={pair(self.core_bytes)}",
-            f"--memlock={pair(self.memlock_bytes)}",
-            f"--msgqueue={pair(self.msgqueue_bytes)}",
-            *([f"--nproc={pair(self.processes)}"] if self.processes is not None else []),
-            f"--cpu={self.cpu_seconds}:{self.cpu_hard_seconds}",
-            "--",
-        ]
-
     def rlimits(self) -> tuple[tuple[int, int], ...]:
         """(resource.RLIMIT_*, value) pairs, each to be set soft = hard (slot launchers).
 
@@ -207,8 +184,3 @@ def restrict_worker_msgqueue(limit: int = MSGQUEUE_BYTES) -> bool:
     except (OSError, ValueError):
         return False
     return 0 <= soft <= limit and 0 <= hard <= limit
-
-
-def prlimit_binary() -> str | None:
-    """util-linux `prlimit` (Debian: package util-linux, always installed), or None."""
-    return shutil.which("prlimit", path="/usr/bin:/bin:/usr/sbin:/sbin")

@@ -160,6 +160,13 @@ class ServiceCaller:
     ) -> None:
         self.close()
 
+    @property
+    def runs_inline(self) -> bool:
+        """True if exchanges run on the calling thread: the transport itself keeps
+        each call's limit and cancel (the default one does); else each runs on a
+        thread of its own that the calling thread gives up."""
+        return self._inline
+
     def _redactor(self, agent_id: str) -> Redactor:
         values = self._values.get(agent_id, frozenset())
         with self._redactors_lock:

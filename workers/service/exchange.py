@@ -193,9 +193,12 @@ class _Call:
     def aborted(self) -> bool:
         return self._aborted
 
-    @property
-    def result(self) -> Exchange | None:
-        return self._result
+    def finished(self) -> Exchange:
+        """The result of a call that finished (`done` set, or `abort` returned False)."""
+        result = self._result
+        if result is None:
+            raise RuntimeError("the exchange has no result yet")
+        return result
 
     def finish(self, result: Exchange) -> None:
         """Record the result unless the call was given up; idempotent."""
@@ -240,9 +243,7 @@ def _run_on_thread(
             return _give_up(call, Failure.TIMEOUT)
         wait = left if cancel is None else min(left, CANCEL_POLL_SECONDS)
         if call.done.wait(wait):
-            result = call.result
-            assert result is not None
-            return result
+            return call.finished()
         if cancel is not None and cancel.is_set():
             return _give_up(call, Failure.CANCELLED)
 
@@ -250,6 +251,4 @@ def _run_on_thread(
 def _give_up(call: _Call, why: Failure) -> Exchange:
     if call.abort():
         return Exchange(status=call.progress.status, failure=why)
-    result = call.result
-    assert result is not None
-    return result
+    return call.finished()

@@ -103,9 +103,8 @@ def resolve_grant(agent: str, grant: Grant, environ: Mapping[str, str]) -> Resol
                 "(printable ASCII, no line breaks, no leading or trailing space)"
             )
         headers[header] = value
-    if missing:
-        raise MissingSecret("\n".join(missing))
-    assert url is not None
+    if missing or url is None:  # a missing url is always in `missing`
+        raise MissingSecret("\n".join(missing) or f"{base}, url: not set")
     _check_url(url, where=f"{base}, url")
     return ResolvedGrant(agent=agent, service=grant.name, url=url.rstrip("/"), headers=headers)
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from broker.protocol import CANCELLED_TEXT, format_seconds
+
 __all__ = [
     "CANCELLED",
     "empty",
@@ -29,17 +31,12 @@ __all__ = [
 ]
 
 #: The text of a call stopped because its turn was cancelled (as for declared tools).
-CANCELLED = "[cancelled]"
+CANCELLED = CANCELLED_TEXT
 
 #: A re-indented body is given up (the body is passed as is) past this many
 #: characters: deep nesting re-indents to the square of its size, and a 1 MB
 #: body must not become hundreds of megabytes in a worker.
 _REINDENT_LIMIT_CHARS = 3_000_000
-
-
-def format_seconds(seconds: float) -> str:
-    """`30` for 30.0, `2.5` for 2.5: seed 001 writes `within N s`."""
-    return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
 
 
 def failed(tool: str, status: int) -> str:

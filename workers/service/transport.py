@@ -167,9 +167,8 @@ def _on_helper(
                     raise (stop_error if stopped else timeout_error)("the call was given up")
             break
     stream, error = outcome[0]
-    if error is not None:
-        raise error
-    assert stream is not None
+    if stream is None:  # `run` hands over a stream or the error that stopped it
+        raise error or RuntimeError("the connecting thread made no stream")
     return stream
 
 

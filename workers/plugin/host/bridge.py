@@ -12,8 +12,9 @@ says no). In order:
    check, so a handler that builds a member name at run time cannot widen its
    rights: `host["fe" + "tch"]` derives nothing and is refused);
 3. the namespace's own rules: `host.fetch` (`fetch`, `egress`), `host.settings`,
-   `host.crypto`, `host.log`, `host.workspace` (`workspace`, `files`), and the
-   platform's namespaces (`platform`).
+   `host.crypto`, `host.log`, `host.workspace` (`workspace`; its files on the
+   turn's home host, `routed`, or here, `files`), and the platform's
+   namespaces (`platform`).
 
 A refusal raises `HostRefused`, a failure `HostFailed`; both reject the
 handler's promise with their one sentence. Nothing else escapes: an
@@ -64,8 +65,9 @@ class PluginHost:
 
     Resolves the plugins' settings and `[platform]` now (`MissingSecret` names
     each missing variable). `workspaces` is where `host.workspace` works: this
-    host's `WorkspaceStore`, or any `WorkspaceFiles` (routed operations); None
-    leaves `host.workspace` unavailable. Thread-safe.
+    host's `WorkspaceStore` (the embedded default), or any `WorkspaceFiles`
+    (a plugin worker's `RoutedFiles`: the turn's home host); None leaves
+    `host.workspace` unavailable. Thread-safe.
     """
 
     def __init__(
@@ -167,3 +169,5 @@ class PluginHost:
 
     def close(self) -> None:
         self._fetcher.close()
+        if self._files is not None:
+            self._files.close()

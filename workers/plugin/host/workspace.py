@@ -14,15 +14,20 @@ Each also takes the path as a bare string first argument (`read("notes/a.md")`,
 Rules (each refusal says which one): a call with no turn has no workspace; a
 path is relative, at most `MAX_PATH_CHARS` characters and `MAX_DEPTH` parts, with
 no empty, `.` or `..` part and no NUL; nothing is read, written or listed through
-a symbolic link (`workers.plugin.host.files`); one file read or written is at
-most `MAX_FILE_BYTES` and never more than the agent's `disk_limit_mb` (the
-workspace limit of declared tools: no single file larger); `delete` removes a
-file, a link (never its target) or an empty folder. Folders on a written path
-are made as needed.
+a symbolic link; one file read or written is at most `MAX_FILE_BYTES` and never
+more than the agent's `disk_limit_mb` (the workspace limit of declared tools: no
+single file larger); `delete` removes a file, a link (never its target) or an
+empty folder. Folders on a written path are made as needed.
 
-These operations run in the worker answering the host call: they hold no
-admission slot, so they never count against the agent's `max_concurrent_calls`
-(a call holding the agent's last slot does not wait on itself).
+Where the files are is a `WorkspaceFiles`: the workspace operations on the
+turn's home host (`routed.RoutedFiles`, a plugin worker's), or on this host
+(`files.LocalFiles`, the embedded default's). Both run the same operations
+(`workers.workspace_ops.perform`) and raise what they refuse as
+`WorkspaceError` with its reason, which this module turns into the handler's
+rejection: a symbolic link is refused (`HostRefused`), the rest fail
+(`HostFailed`). The operations hold no admission slot, so they never count
+against the agent's `max_concurrent_calls` (a call holding the agent's last
+slot does not wait on itself).
 """
 
 from __future__ import annotations
@@ -32,19 +37,13 @@ import binascii
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from broker.errors import WorkspaceError
 from workers.plugin.host.context import HostContext, HostFailed, HostRefused
-from workers.plugin.host.files import (
-    Entry,
-    NotAFile,
-    NotEmpty,
-    NotFound,
-    SymlinkInPath,
-    TooLarge,
-)
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_FILE_BYTES",
+    "MAX_LIST_ENTRIES",
     "MAX_PATH_CHARS",
     "WorkspaceFiles",
     "workspace_call",
@@ -55,16 +54,31 @@ __all__ = [
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_PATH_CHARS = 1024
 MAX_DEPTH = 32
+#: Entries one `list` returns; the rest are not read (a million files cannot stall the worker).
+MAX_LIST_ENTRIES = 1_000
 _ENCODINGS = ("utf-8", "base64")
+#: The workspace operations' kinds of entry, as the handler sees them.
+_TYPES = {"file": "file", "dir": "directory", "link": "symlink"}
 
 
 class WorkspaceFiles(Protocol):
-    """Where the files are: `files.LocalFiles` here, routed operations later."""
+    """Where the turn's files are (`routed.RoutedFiles`, `files.LocalFiles`).
 
-    def read(self, agent: str, turn: str, parts: list[str], limit: int) -> bytes: ...
-    def write(self, agent: str, turn: str, parts: list[str], data: bytes) -> None: ...
-    def entries(self, agent: str, turn: str, parts: list[str]) -> tuple[list[Entry], bool]: ...
-    def delete(self, agent: str, turn: str, parts: list[str]) -> None: ...
+    Paths arrive checked and canonical (`a/b`, "." for the workspace itself);
+    a refusal raises `WorkspaceError` (its `reason` one of `broker.files.REASONS`),
+    a path the operations' own check refuses ValueError.
+    """
+
+    def read(self, context: HostContext, path: str, max_bytes: int) -> bytes: ...
+    def write(self, context: HostContext, path: str, data: bytes) -> None: ...
+    def entries(
+        self, context: HostContext, path: str, max_entries: int
+    ) -> list[dict[str, Any]]: ...
+    def delete(self, context: HostContext, path: str) -> None:
+        """A file, a link or an empty folder (`not_empty` otherwise)."""
+        ...
+
+    def close(self) -> None: ...
 
 
 def _refuse(method: str, what: str) -> HostRefused:
@@ -130,7 +144,6 @@ def workspace_call(
         raise _refuse(
             method, "this call has no turn, so it has no workspace (call it within a turn)"
         )
-    agent, turn = context.agent.id, context.turn
     limit = _file_limit(context)
     try:
         if method == "write":
@@ -149,13 +162,13 @@ def workspace_call(
                 data = content.encode("utf-8", "surrogatepass")
             if len(data) > limit:
                 raise _refuse(method, f"the content is larger than {limit:,} bytes")
-            files.write(agent, turn, parts, data)
+            files.write(context, "/".join(parts), data)
             return {"path": "/".join(parts), "size": len(data)}
         if method == "read":
             spec = _spec(method, args, ("path", "encoding"))
             parts = _parts(method, spec.get("path"))
             encoding = _encoding(method, spec)
-            data = files.read(agent, turn, parts, limit)
+            data = files.read(context, "/".join(parts), limit)
             if encoding == "base64":
                 text = base64.b64encode(data).decode("ascii")
             else:
@@ -170,30 +183,29 @@ def workspace_call(
         if method == "list":
             spec = _spec(method, args, ("path",))
             parts = _parts(method, spec.get("path", "."), allow_root=True)
-            entries, truncated = files.entries(agent, turn, parts)
+            shown = "/".join(parts) or "."
+            # One more than kept: whether the folder holds more, without reading it all.
+            entries = files.entries(context, shown, MAX_LIST_ENTRIES + 1)
             return {
-                "path": "/".join(parts) or ".",
-                "entries": [{"name": e.name, "type": e.type, "size": e.size} for e in entries],
-                "truncated": truncated,
+                "path": shown,
+                "entries": [
+                    {
+                        "name": e["name"],
+                        "type": _TYPES.get(e["kind"], "other"),
+                        "size": e["size"],
+                    }
+                    for e in entries[:MAX_LIST_ENTRIES]
+                ],
+                "truncated": len(entries) > MAX_LIST_ENTRIES,
             }
         spec = _spec(method, args, ("path",))
         parts = _parts(method, spec.get("path"))
-        files.delete(agent, turn, parts)
+        files.delete(context, "/".join(parts))
         return {"path": "/".join(parts), "deleted": True}
-    except SymlinkInPath as exc:
-        raise _refuse(method, f"{exc.part} is a symbolic link (links are never followed)") from None
-    except NotFound as exc:
-        raise HostFailed(f"host.workspace.{method} failed: no such file or folder: {exc}") from None
-    except NotAFile as exc:
-        raise HostFailed(f"host.workspace.{method} failed: {exc.what}") from None
-    except NotEmpty as exc:
-        raise HostFailed(f"host.workspace.delete failed: the folder {exc} is not empty") from None
-    except TooLarge as exc:
-        raise HostFailed(
-            f"host.workspace.read failed: {exc} is larger than {limit:,} bytes"
-        ) from None
-    except OSError as exc:
-        # Never the host path: only what went wrong.
-        raise HostFailed(
-            f"host.workspace.{method} failed: {exc.strerror or type(exc).__name__}"
-        ) from None
+    except WorkspaceError as exc:
+        # The operations' sentences name the path in the workspace, never a host folder.
+        if exc.reason == "symlink":
+            raise _refuse(method, str(exc)) from None
+        raise HostFailed(f"host.workspace.{method} failed: {exc}") from None
+    except ValueError as exc:  # the operations' own check of the path
+        raise _refuse(method, str(exc)) from None

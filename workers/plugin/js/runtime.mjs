@@ -1,9 +1,15 @@
 // The main thread of one confined runtime process (one per plugin slot).
 //
-// It runs no plugin code itself: each call gets a fresh worker thread
-// (isolate.mjs) with resourceLimits, started BEFORE the call arrives (its
-// sources already evaluated, its registry waiting), used for exactly one call
-// and terminated after it. The next isolate is started as soon as a call begins.
+// It runs no plugin code itself. Plugin code runs in a worker thread (an
+// isolate with resourceLimits), in one of two ways:
+// - every source a script (the usual case): one long-lived isolate
+//   (contexts.mjs) runs each call in a fresh vm context of its own; the isolate
+//   is replaced only when a call hits a limit, breaks it, or leaves it holding
+//   much memory;
+// - a source that is an ES module: each call gets a fresh isolate (isolate.mjs),
+//   started BEFORE the call arrives (its sources already evaluated), used for
+//   exactly one call and terminated after it; the next one starts as soon as a
+//   call begins.
 //
 // Protocol, one JSON object per line: stdin from the worker process, stdout to it.
 //   in:  {op: "call", callId, key, input, context, timeoutMs, keepChars}
@@ -41,14 +47,16 @@ function prepare(source) {
   }
 }
 const prepared = mode === "probe" ? [] : sources.map(prepare);
+const inContexts = prepared.every((p) => p.kind === "cjs");
+const script = inContexts ? "./contexts.mjs" : "./isolate.mjs";
 
 function send(message) {
   process.stdout.write(`${JSON.stringify(message)}\n`);
 }
 
 function start() {
-  const worker = new Worker(new URL("./isolate.mjs", import.meta.url), {
-    workerData: { mode: mode === "probe" ? "register" : mode, root, sources: prepared },
+  const worker = new Worker(new URL(script, import.meta.url), {
+    workerData: { mode: mode === "probe" ? "register" : mode, root, sources: prepared, heapMb },
     resourceLimits: {
       // The call's heap; ArrayBuffers and everything else are bounded by the
       // process's RLIMIT_DATA (set by the worker, see workers/plugin/process.py).
@@ -89,10 +97,14 @@ function finish(isolate, done) {
   done.callId = isolate.call.callId;
   clearTimeout(isolate.call.timer);
   isolate.call = null;
-  isolate.ended = true;
   current = null;
+  const keep = inContexts && !isolate.ended && done.recycle !== true && done.kind !== "timeout" && done.kind !== "memory";
+  delete done.recycle;
   send(done);
+  if (keep) return;
+  isolate.ended = true;
   isolate.worker.terminate().catch(() => {});
+  if (inContexts && warm === isolate) warm = start();
 }
 
 function onMessage(isolate, message) {
@@ -137,6 +149,10 @@ function onEnd(isolate, error, code) {
     if (error && error.code === "ERR_WORKER_OUT_OF_MEMORY") finish(isolate, { op: "done", ok: false, kind: "memory", message: String(error.message) });
     else if (error) finish(isolate, { op: "done", ok: false, kind: "error", message: error instanceof Error ? String(error.message) : String(error) });
     else finish(isolate, { op: "done", ok: false, kind: "error", message: `the handler ended its runtime (exit code ${code})` });
+  } else if (inContexts && warm === isolate && !isolate.ended) {
+    // The long-lived isolate ended between calls: the next call gets a new one.
+    isolate.ended = true;
+    warm = start();
   } else if (!isolate.ended) {
     // Died while waiting (its sources threw asynchronously, say): the call that
     // takes it fails with why; no restart loop (the next call starts a new one).
@@ -149,9 +165,9 @@ function onEnd(isolate, error, code) {
 
 async function onCall(message) {
   const isolate = warm;
-  // The next call's isolate starts now, while this one runs (the probe counts
-  // two isolates for the process's memory limit).
-  warm = start();
+  // A fresh isolate per call: the next call's starts now, while this one runs
+  // (the probe counts two isolates for the process's memory limit).
+  if (!inContexts) warm = start();
   const call = { callId: message.callId, timer: null };
   current = { isolate, callId: message.callId };
   isolate.call = call;

@@ -2,42 +2,20 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-
 import pytest
 from conftest import EXAMPLES
 
-from broker.admission import Admission, RedisAdmission
+from broker.admission import Admission
 from broker.client import VesselClient
 from broker.config import Settings
-from broker.embedded import LocalAdmission
 from broker.errors import DuplicateCall, TransientError, VesselError
 from broker.loading import load_deployment
 
-
-@pytest.fixture(params=["redis", "local"])
-def admission(request: pytest.FixtureRequest) -> Iterator[Admission]:
-    if request.param == "local":
-        yield LocalAdmission()
-        return
-    found = RedisAdmission.from_url(request.getfixturevalue("redis_url"))
-    yield found
-    found.close()
+from .conftest import submit
 
 
 def _submit(a: Admission, call_id: str) -> None:
-    message = json.dumps({"call_id": call_id, "agent": "a", "tool": "t", "owner": "a/b"})
-    a.submit(
-        call_id=call_id,
-        kind="service",
-        agent="a",
-        message=message,
-        limit=1,
-        lease_ms=60_000,
-        turn=None,
-        ttl_seconds=600,
-    )
+    submit(a, call_id, limit=1)
 
 
 def test_a_queued_call_id_is_a_duplicate(admission: Admission) -> None:

@@ -1,6 +1,6 @@
 -- A call's result is ready: mark the call done, write its result where the
 -- Celery result backend keeps it, free its slot and dispatch, in one script.
--- Used when the result backend is this same Redis (broker/client.py: finish_call);
+-- Used when the result backend is this same Redis (broker/admission/finish.py: finish_call);
 -- otherwise the worker runs `finish`, stores through Celery, then `release`.
 -- ARGV: call_id, hostname, done_ttl_s, result_key, result_value, result_ttl_s (0: none), max_calls
 -- Returns {stored, dispatched}: stored is 1 when this result was written, 0 when
@@ -8,8 +8,8 @@
 local id, host, done_ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local result_key, result_value, result_ttl = ARGV[4], ARGV[5], tonumber(ARGV[6])
 local stored = 0
-if redis.call('SET', P .. 'done:' .. id, host, 'NX', 'EX', done_ttl) then
-  redis.call('DEL', P .. 'cancel:' .. id)
+if redis.call('SET', DONE .. id, host, 'NX', 'EX', done_ttl) then
+  redis.call('DEL', CANCEL .. id)
   -- What Celery's Redis backend does for a result: SET (with its expiry) and
   -- PUBLISH on the key's channel, where waiting clients are subscribed.
   if result_ttl > 0 then

@@ -1,70 +1,65 @@
-"""Turn affinity in admission's Redis scripts: homes, home lanes, moved calls,
-dead homes, the agent's limit across its lanes (broker/admission.py, "Turns and
-homes"). The cluster tests run the same with real workers."""
+"""Turn affinity: homes, home lanes, moved calls, dead homes, the agent's limit
+across its lanes (`broker.admission`, "Turns and homes"). Several hosts exist
+only in Redis, so most rules here run on the Redis scripts; what both
+admissions share runs on both. The cluster tests run the same with real workers.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
 import redis
 
-from broker.admission import Claim, RedisAdmission
-from broker.embedded import LocalAdmission
-from broker.queues import home_key, home_lane
+from broker.admission import Admission, Claim, LocalAdmission, RedisAdmission
+from broker.admission.keys import home_key
+from broker.queues import home_lane
 
-SHARED = "vessel.sandbox"
-HOME_A = home_lane(SHARED, "host-a")
-HOME_B = home_lane(SHARED, "host-b")
+from .conftest import HOME_A, HOME_B, SHARED, beat, is_redis, lanes
+from .conftest import claim_at as claim
+from .conftest import submit_in_turn as submit
 
 
 @pytest.fixture
 def admission(redis_url: str) -> Iterator[RedisAdmission]:
+    """Here `admission` is the Redis one: the rules below need several hosts."""
     found = RedisAdmission.from_url(redis_url)
     yield found
     found.close()
 
 
-def submit(
-    a: RedisAdmission | LocalAdmission,
-    call_id: str,
-    agent: str = "a",
-    *,
-    turn: str | None = "t1",
-    limit: int = 100,
-    seen: bool = False,
-    lease_ms: int = 60_000,
-):
-    message = json.dumps({"call_id": call_id, "agent": agent, "tool": "t", "owner": "a/b"})
-    return a.submit(
-        call_id=call_id,
-        kind="sandbox",
-        agent=agent,
-        message=message,
-        limit=limit,
-        lease_ms=lease_ms,
-        turn=turn,
-        ttl_seconds=600,
-        affinity=True,
-        seen=seen,
+@pytest.fixture(params=["redis", "in_process"])
+def either(request: pytest.FixtureRequest) -> Iterator[Admission]:
+    """Both admissions, for the rules of one host."""
+    if request.param == "in_process":
+        yield LocalAdmission()
+        return
+    found = RedisAdmission.from_url(request.getfixturevalue("redis_url"))
+    yield found
+    found.close()
+
+
+def test_on_one_host_a_turns_calls_run_there_and_end_turn_forgets_them(
+    either: Admission,
+) -> None:
+    beat(either, "host-a")
+    assert lanes(submit(either, "c1")) == [("c1", SHARED)]
+    assert claim(either, "c1", "host-a") == Claim(outcome="run")
+    either.release("c1")
+    # Redis sends the turn's next call to its home's lane; in one process the
+    # one host is every turn's home, and there are no home lanes.
+    later = HOME_A if is_redis(either) else SHARED
+    assert lanes(submit(either, "c2")) == [("c2", later)]
+    assert claim(either, "c2", "host-a") == Claim(outcome="run")
+    assert either.route_turn("sandbox", "a", "t1") == later
+    assert either.take_home("a", "t1", HOME_A, home_ttl_seconds=600, here=True, seen=True) == (
+        HOME_A,
+        0,
     )
-
-
-def lanes(dispatched) -> list[tuple[str, str]]:
-    return [(d.call_id, d.lane) for d in dispatched]
-
-
-def claim(a: RedisAdmission, call_id: str, host: str, *, here: bool = False) -> Claim:
-    return a.claim_at_home(
-        call_id, f"w@{host}", 5_000, host_id=host, home_ttl_seconds=600, here=here
-    )
-
-
-def beat(a: RedisAdmission, host: str, capacity: int = 1) -> list:
-    return a.heartbeat(
-        "sandbox", f"w@{host}", {SHARED: capacity, home_lane(SHARED, host): capacity}, 10_000
-    )
+    assert either.turn_calls("t1") == ["c1", "c2"]
+    either.end_turn("t1", ["a"])
+    assert either.turn_calls("t1") == []
+    assert either.route_turn("sandbox", "a", "t1") == SHARED
 
 
 def test_the_first_claim_makes_the_home_and_later_calls_go_to_its_lane(
@@ -297,8 +292,9 @@ def test_a_host_is_one_workspace_root(tmp_path) -> None:
     import socket
 
     from broker.errors import ConfigError
+    from workers.preflight import host_id_from_environ
     from workers.sandbox.workspace import DEFAULT_WORKSPACE_ROOT
-    from workers.worker import host_id_from_environ, lanes_for
+    from workers.worker import lanes_for
 
     assert host_id_from_environ({"VESSEL_HOST_ID": "box-3"}) == "box-3"
     with pytest.raises(ConfigError, match="VESSEL_HOST_ID"):

@@ -7,20 +7,20 @@ local limit, lease_ms, ttl = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local turn, max_calls = ARGV[8], tonumber(ARGV[9])
 local envelope, route, tag = ARGV[10] or '', ARGV[11] or '', ARGV[12] or ''
 local affinity, seen = ARGV[13] or '', ARGV[14] or ''
-if redis.call('EXISTS', P .. 'meta:' .. id) == 1 or redis.call('EXISTS', P .. 'done:' .. id) == 1 then
+if redis.call('EXISTS', META .. id) == 1 or redis.call('EXISTS', DONE .. id) == 1 then
   return redis.error_reply('call id ' .. id .. ' is already known')
 end
-redis.call('SET', P .. 'call:' .. id, message, 'EX', ttl)
-local meta = P .. 'meta:' .. id
+redis.call('SET', CALL .. id, message, 'EX', ttl)
+local meta = META .. id
 -- 'at' (submitted, ms): `vessel-workers status` shows the oldest queued call's age.
 redis.call('HSET', meta, 'kind', kind, 'agent', agent, 'lease_ms', lease_ms, 'at', now_ms())
 if envelope ~= '' then
   redis.call('HSET', meta, 'envelope', envelope, 'route', route, 'tag', tag)
 end
-redis.call('HSET', P .. kind .. ':limit', agent, limit)
+redis.call('HSET', kind_key(kind, LIMIT), agent, limit)
 if turn ~= '' then
-  redis.call('SADD', P .. 'turn:' .. turn, id)
-  redis.call('EXPIRE', P .. 'turn:' .. turn, ttl)
+  redis.call('SADD', TURN .. turn, id)
+  redis.call('EXPIRE', TURN .. turn, ttl)
 end
 local out = {}
 if turn ~= '' and affinity == '1' then
@@ -37,8 +37,8 @@ if turn ~= '' and affinity == '1' then
   end
 end
 redis.call('EXPIRE', meta, ttl)
-redis.call('RPUSH', P .. kind .. ':pending:' .. agent, id)
-local lane = redis.call('HGET', P .. kind .. ':where', agent)
+redis.call('RPUSH', kind_key(kind, PENDING, agent), id)
+local lane = redis.call('HGET', kind_key(kind, WHERE), agent)
 if not lane then
   lane = enqueue_agent(kind, agent)
 end

@@ -8,28 +8,28 @@
 -- 4. A home lane whose host is gone (no live worker): the calls queued for it
 --    move to the head of their agents' queues, and so do the calls dispatched
 --    to it that no worker claimed; they run elsewhere and their turns are
---    homed again (with the lost-workspace note, admission_claim.lua).
+--    homed again (with the lost-workspace note, claim.lua).
 -- Returns {dispatched, finished}: finished are {id, message} released in case 2
--- (the caller checks that their result was stored: see broker/admission.py).
+-- (the caller checks that their result was stored: see broker/admission/__init__.py).
 local kind, max_calls = ARGV[1], tonumber(ARGV[2])
 local now = now_ms()
 local out, finished, touched = {}, {}, {}
-local leases = P .. kind .. ':leases'
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 1000)) do
-  local claim_ttl = redis.call('PTTL', P .. 'claim:' .. id)
-  if redis.call('EXISTS', P .. 'done:' .. id) == 1 then
-    finished[#finished + 1] = {id, redis.call('GET', P .. 'call:' .. id) or ''}
+local leases = kind_key(kind, LEASES)
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, RECOVER_BATCH)) do
+  local claim_ttl = redis.call('PTTL', CLAIM .. id)
+  if redis.call('EXISTS', DONE .. id) == 1 then
+    finished[#finished + 1] = {id, redis.call('GET', CALL .. id) or ''}
     release(id)
   elseif claim_ttl > 0 then
     -- Claimed and the claim still lives: the lease follows the claim.
     redis.call('ZADD', leases, 'XX', now + claim_ttl, id)
   else
-    local fields = redis.call('HMGET', P .. 'meta:' .. id, 'agent', 'lane')
+    local fields = redis.call('HMGET', META .. id, 'agent', 'lane')
     local agent, lane = fields[1], fields[2]
     redis.call('ZREM', leases, id)
     if agent and lane then
       local home = nil
-      if is_home_lane(lane) and redis.call('EXISTS', P .. 'window:' .. lane) == 1 then
+      if is_home_lane(lane) and redis.call('EXISTS', WINDOW .. lane) == 1 then
         home = lane
       end
       requeue(id, kind, agent, lane, home, touched)
@@ -39,27 +39,27 @@ end
 
 -- Case 4 for one home lane.
 local function evacuate(lane)
-  local placed = P .. 'placed:' .. lane
+  local placed = PLACED .. lane
   for _, agent in ipairs(redis.call('SMEMBERS', placed)) do
     local from, base = pending_key(kind, agent, lane), pending_key(kind, agent, nil)
     -- Oldest first at the head of the agent's queue: take from the tail.
     local id = redis.call('RPOP', from)
     while id do
       redis.call('LPUSH', base, id)
-      redis.call('HDEL', P .. 'meta:' .. id, 'queue')
+      redis.call('HDEL', META .. id, 'queue')
       id = redis.call('RPOP', from)
     end
     unpark(kind, agent, lane)
-    if not redis.call('HGET', P .. kind .. ':where', agent) then
+    if not redis.call('HGET', kind_key(kind, WHERE), agent) then
       enqueue_agent(kind, agent)
     end
   end
-  redis.call('DEL', placed, P .. 'ring:' .. lane)
-  local inflight = P .. 'inflight:' .. lane
+  redis.call('DEL', placed, RING .. lane)
+  local inflight = INFLIGHT .. lane
   for _, id in ipairs(redis.call('ZRANGE', inflight, 0, -1)) do
-    local claimed = redis.call('EXISTS', P .. 'claim:' .. id) == 1
-    if not claimed and redis.call('EXISTS', P .. 'done:' .. id) == 0 then
-      local agent = redis.call('HGET', P .. 'meta:' .. id, 'agent')
+    local claimed = redis.call('EXISTS', CLAIM .. id) == 1
+    if not claimed and redis.call('EXISTS', DONE .. id) == 0 then
+      local agent = redis.call('HGET', META .. id, 'agent')
       if agent then
         requeue(id, kind, agent, lane, nil, touched)
       else
@@ -70,30 +70,30 @@ local function evacuate(lane)
   if redis.call('ZCARD', inflight) == 0 then
     -- Nothing of this host is left to wait for: forget the lane, and the
     -- messages in its Celery queue (their calls are queued again above).
-    redis.call('SREM', P .. kind .. ':lanes', lane)
+    redis.call('SREM', kind_key(kind, LANES), lane)
     redis.call('DEL', lane)
   end
 end
 
 local shared = shared_lane(kind)
-for _, lane in ipairs(redis.call('SMEMBERS', P .. kind .. ':lanes')) do
-  if redis.call('EXISTS', P .. 'window:' .. lane) == 0 then
+for _, lane in ipairs(redis.call('SMEMBERS', kind_key(kind, LANES))) do
+  if redis.call('EXISTS', WINDOW .. lane) == 0 then
     if is_home_lane(lane) then
       evacuate(lane)
     else
-      local ring = P .. 'ring:' .. lane
+      local ring = RING .. lane
       local agent = redis.call('LPOP', ring)
       while agent do
-        redis.call('HSET', P .. kind .. ':where', agent, shared)
-        redis.call('RPUSH', P .. 'ring:' .. shared, agent)
+        redis.call('HSET', kind_key(kind, WHERE), agent, shared)
+        redis.call('RPUSH', RING .. shared, agent)
         agent = redis.call('LPOP', ring)
       end
     end
   end
 end
 -- Every live lane, after the moves above (a call may now wait on any of them).
-for _, lane in ipairs(redis.call('SMEMBERS', P .. kind .. ':lanes')) do
-  if redis.call('EXISTS', P .. 'window:' .. lane) == 1 then
+for _, lane in ipairs(redis.call('SMEMBERS', kind_key(kind, LANES))) do
+  if redis.call('EXISTS', WINDOW .. lane) == 1 then
     dispatch(kind, lane, out, max_calls)
   end
 end

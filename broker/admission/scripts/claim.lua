@@ -6,23 +6,23 @@
 -- claim, or the call was queued again meanwhile), 'cancelled', or 'moved' (the
 -- call's turn is homed on another live host: the call was put back in that
 -- host's home lane, and `dispatched` is for the caller to publish). `lost`:
--- see take_home in admission_lib.lua.
+-- see take_home in lib.lua.
 local id, host, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local host_id, home_ttl, here = ARGV[4] or '', tonumber(ARGV[5] or '0'), ARGV[6] or ''
-local max_calls = tonumber(ARGV[7] or '500')
-if redis.call('EXISTS', P .. 'done:' .. id) == 1 then
+local max_calls = tonumber(ARGV[7]) or MAX_DISPATCH
+if redis.call('EXISTS', DONE .. id) == 1 then
   return {'done', 0, {}}
 end
-local meta = P .. 'meta:' .. id
+local meta = META .. id
 local fields = redis.call('HMGET', meta, 'kind', 'agent', 'lane', 'turn', 'seen')
 local kind, agent, lane, turn, seen = fields[1], fields[2], fields[3], fields[4], fields[5]
 local lost = 0
 if host_id ~= '' and kind and turn then
-  if not lane or redis.call('EXISTS', P .. 'claim:' .. id) == 1 then
+  if not lane or redis.call('EXISTS', CLAIM .. id) == 1 then
     -- Queued again (its host was given up) or held: this delivery is stale.
     return {'busy', 0, {}}
   end
-  local mine = base_of(lane) .. '@' .. host_id
+  local mine = base_of(lane) .. HOME_SEPARATOR .. host_id
   local home
   home, lost = take_home(agent, turn, mine, home_ttl, here, seen, true)
   if home ~= mine then
@@ -32,18 +32,18 @@ if host_id ~= '' and kind and turn then
     return {'moved', 0, out}
   end
 end
-if not redis.call('SET', P .. 'claim:' .. id, host, 'NX', 'PX', lease) then
+if not redis.call('SET', CLAIM .. id, host, 'NX', 'PX', lease) then
   return {'busy', 0, {}}
 end
-if redis.call('EXISTS', P .. 'cancel:' .. id) == 1 then
+if redis.call('EXISTS', CANCEL .. id) == 1 then
   return {'cancelled', lost, {}}
 end
 if kind and lane then
   -- The dispatch lease covered the wait in the queue; from now on it covers
   -- the run: the tool's time limit plus grace.
   local expiry = now_ms() + lease
-  redis.call('ZADD', P .. kind .. ':running:' .. agent, 'XX', expiry, id)
-  redis.call('ZADD', P .. 'inflight:' .. lane, 'XX', expiry, id)
-  redis.call('ZADD', P .. kind .. ':leases', 'XX', expiry, id)
+  redis.call('ZADD', kind_key(kind, RUNNING, agent), 'XX', expiry, id)
+  redis.call('ZADD', INFLIGHT .. lane, 'XX', expiry, id)
+  redis.call('ZADD', kind_key(kind, LEASES), 'XX', expiry, id)
 end
 return {'run', lost, {}}

@@ -6,7 +6,7 @@ local now = now_ms()
 local out = {}
 for i = 5, #ARGV, 2 do
   local lane, capacity = ARGV[i], tonumber(ARGV[i + 1])
-  local workers, alive = P .. 'workers:' .. lane, P .. 'alive:' .. lane
+  local workers, alive = WORKERS .. lane, ALIVE .. lane
   if capacity > 0 then
     redis.call('HSET', workers, host, capacity)
     redis.call('ZADD', alive, now + ttl, host)
@@ -24,12 +24,12 @@ for i = 5, #ARGV, 2 do
   end
   if window > 0 then
     -- The window vanishes with the last heartbeat: no live worker, no dispatch.
-    redis.call('SET', P .. 'window:' .. lane, window, 'PX', ttl)
+    redis.call('SET', WINDOW .. lane, window, 'PX', ttl)
   else
-    redis.call('DEL', P .. 'window:' .. lane)
+    redis.call('DEL', WINDOW .. lane)
   end
   if lane ~= shared_lane(kind) then
-    redis.call('SADD', P .. kind .. ':lanes', lane)
+    redis.call('SADD', kind_key(kind, LANES), lane)
   end
   dispatch(kind, lane, out, max_calls)
 end

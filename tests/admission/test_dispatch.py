@@ -1,49 +1,18 @@
 """Admission's rules, checked on both implementations: the Redis scripts and the
 in-process one of the embedded default must agree (round-robin, limits, windows,
-claims, the done guard, cancel)."""
+claims, the done guard, cancel, leases). Prepared messages (the fast path) are
+Redis's alone."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
-import pytest
 import redis
 
-from broker.admission import Admission, RedisAdmission
-from broker.embedded import LocalAdmission
+from broker.admission import Admission, LocalAdmission, RedisAdmission
 
-LANE = "vessel.service"
-
-
-@pytest.fixture(params=["redis", "local"])
-def admission(request: pytest.FixtureRequest) -> Iterator[Admission]:
-    if request.param == "local":
-        yield LocalAdmission()
-        return
-    url = request.getfixturevalue("redis_url")
-    found = RedisAdmission.from_url(url)
-    yield found
-    found.close()
-
-
-def submit(a: Admission, call_id: str, agent: str, *, limit: int = 100, turn: str | None = None):
-    message = json.dumps({"call_id": call_id, "agent": agent, "tool": "t", "owner": "a/b"})
-    return a.submit(
-        call_id=call_id,
-        kind="service",
-        agent=agent,
-        message=message,
-        limit=limit,
-        lease_ms=60_000,
-        turn=turn,
-        ttl_seconds=600,
-    )
-
-
-def ids(dispatched) -> list[str]:
-    return [d.call_id for d in dispatched]
+from .conftest import LANE, ids, submit
 
 
 def test_nothing_is_dispatched_without_a_live_worker(admission: Admission) -> None:
@@ -125,8 +94,8 @@ def test_cancel_takes_a_queued_call_out_and_signals_a_dispatched_one(
         subscription.close()
 
 
-def test_recovery_requeues_a_call_whose_lease_expired(redis_url: str) -> None:
-    admission = RedisAdmission.from_url(redis_url)
+def test_recovery_requeues_a_call_whose_lease_expired(redis_admission: RedisAdmission) -> None:
+    admission = redis_admission
     admission.heartbeat("service", "w1", {LANE: 1}, 10_000)
     admission.submit(
         call_id="a1",
@@ -145,23 +114,35 @@ def test_recovery_requeues_a_call_whose_lease_expired(redis_url: str) -> None:
     # a1 goes back to the head of the queue and is dispatched again; a2 waits.
     assert ids(dispatched) == ["a1"] and finished == []
     assert admission.claim("a1", "w2", 5_000) == "run"
-    admission.close()
 
 
-def test_admission_keys_live_under_the_vessel_prefix(redis_url: str) -> None:
-    admission = RedisAdmission.from_url(redis_url)
+def test_in_process_nothing_expires_and_nothing_is_recovered() -> None:
+    """The in-process admission dies with its one worker: a lease never runs out
+    there, so the slot stays held until the call is released (Redis: above)."""
+    admission = LocalAdmission()
+    admission.heartbeat("service", "w1", {LANE: 1}, 10_000)
+    submit(admission, "a1", limit=1, lease_ms=1)
+    assert admission.claim("a1", "w1", 1) == "run"
+    assert submit(admission, "a2", limit=1) == []
+    assert admission.recover("service") == ([], [])
+    assert ids(admission.release("a1")) == ["a2"]
+
+
+def test_admission_keys_live_under_the_vessel_prefix(
+    redis_admission: RedisAdmission, redis_url: str
+) -> None:
+    admission = redis_admission
     admission.heartbeat("service", "w1", {LANE: 1}, 10_000)
     submit(admission, "a1", "a", turn="t")
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     assert client.keys("*") and all(k.startswith("vessel:") for k in client.keys("*"))
     client.close()
-    admission.close()
 
 
 def test_recovery_releases_a_call_done_whose_worker_died_before_releasing(
-    redis_url: str,
+    redis_admission: RedisAdmission,
 ) -> None:
-    admission = RedisAdmission.from_url(redis_url)
+    admission = redis_admission
     admission.heartbeat("service", "w1", {LANE: 1}, 10_000)
     message = json.dumps({"call_id": "a1", "agent": "a", "tool": "t", "owner": "a/b"})
     admission.submit(
@@ -182,7 +163,6 @@ def test_recovery_releases_a_call_done_whose_worker_died_before_releasing(
     assert finished == [("a1", message)]
     assert ids(dispatched) == ["a2"]  # the slot came back
     assert admission.claim("a1", "w2", 5_000) == "done"
-    admission.close()
 
 
 def _enveloped(admission: RedisAdmission, app, call_id: str, agent: str, **kw):
