@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import pytest
 from cluster.conftest import CLUSTER_ENV, Cluster, Recorder, start_redis
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 
 from .conftest import REPO, Published, cli
 
@@ -118,3 +122,26 @@ def test_a_name_the_agent_cannot_call_is_refused_through_the_broker(cluster: Clu
     done = _call(cluster, "crew", "call_tool", '{"name": "todo_add", "arguments": {}}')
     assert done.returncode == 2
     assert "Use search_tools" in done.stdout
+
+
+def test_mcp_calls_an_unlisted_tool_by_its_final_name(cluster: Cluster) -> None:
+    """Over MCP as over the client: a tool the agent may call runs when named,
+    listed or not (here a deferred plugin tool that only search_tools shows)."""
+    deployment = str(cluster.deployment_path)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "workers.cli", "mcp", "crew", "-d", deployment, "--owner", OWNER],
+        env=cluster.env,
+        cwd=str(REPO),
+    )
+
+    async def main() -> tuple[list[str], Any]:
+        async with Client(params) as client:
+            names = [tool.name for tool in (await client.list_tools()).tools]
+            done = await client.call_tool("weather__tide_tables", {"harbour": "Brest"})
+            return names, done
+
+    names, done = anyio.run(main)
+    assert "weather__tide_tables" not in names and names[-2:] == ["search_tools", "call_tool"]
+    assert done.is_error is False
+    assert "Brest" in "".join(c.text for c in done.content if c.type == "text")
