@@ -66,6 +66,12 @@ def _p4(ctx: Context) -> list[Row]:
     return p4_agents.run(ctx)
 
 
+def _cat(ctx: Context) -> list[Row]:
+    from bench import catalogue
+
+    return catalogue.run(ctx)
+
+
 def _mem(ctx: Context) -> list[Row]:
     from bench import memory_mode
 
@@ -86,6 +92,7 @@ MODES: dict[str, Callable[[Context], list[Row]]] = {
     "P2MCP": _p2_mcp,
     "P3": _p3,
     "P4": _p4,
+    "CAT": _cat,
     "MEM": _mem,
 }
 #: Run only when named in --only: the plugin rows of P2, P3 and MEM on their own.

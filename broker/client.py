@@ -17,6 +17,10 @@
     client.end_turn("turn-42")                # its workspace removed on its home host
     client.close()
 
+`search_tools` and `call_tool` (broker/catalogue) answer like any tool:
+`search_tools` is answered at submit (its result stored at once, no worker),
+`call_tool` is submitted as the direct call of the tool it names.
+
 `submit` refuses, by raising, only what the platform got wrong: an agent or tool
 the deployment does not have (`UnknownAgent`, `UnknownTool`) and an owner of
 neither form (`ValueError`). The model's arguments never make it raise:
@@ -54,6 +58,7 @@ from broker.admission import Admission, RedisAdmission
 from broker.admission.finish import store_result_once
 from broker.admission.publish import publish
 from broker.arguments import submit_problem
+from broker.catalogue import Answer, Catalogue, route_call
 from broker.celery_app import longest_timeout, make_app
 from broker.config import Settings, hide_password
 from broker.constants import ENV_BROKER_URL
@@ -169,6 +174,16 @@ class VesselClient:
         `context.initiator`); None is the platform, not verified.
         """
         entry = self.deployment.agent(agent)
+        routed = route_call(self.deployment, agent, tool, arguments)
+        if isinstance(routed, Answer):  # search_tools, or a built-in refusing its arguments
+            check_owner(owner)
+            answer = routed.result(call_id or new_call_id(), agent)
+            store_result_once(
+                self.app, self.admission, answer, hostname=_CLIENT_HOST, ttl_seconds=self._ttl
+            )
+            return CallHandle(answer.call_id, self)
+        if routed is not None:  # call_tool: exactly a direct call of the named tool
+            tool, arguments = routed.tool, routed.arguments
         found = entry.tool(tool)
         limit = entry.max_concurrent_calls
         request = CallRequest(
@@ -295,6 +310,11 @@ class VesselClient:
 
         listing = listed(self.deployment, agent)
         return listing if format is None else in_format(listing, format)  # type: ignore[arg-type]
+
+    def search_tools(self, agent: str, query: str, *, limit: int = 5) -> list[dict[str, Any]]:
+        """What `search_tools` finds for `query` among the agent's unlisted tools:
+        `{name, description, parameters}` entries, best first ([] when none matches)."""
+        return Catalogue.of(self.deployment).search(agent, query, limit)
 
     def cancel(self, call_id: str) -> bool:
         """Cancel a queued or running call; False if it had finished or is unknown."""

@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_INPUT",
     "DEFAULT_MAX_ARGUMENT_BYTES",
     "DEFAULT_MAX_CONCURRENT_CALLS",
+    "DEFAULT_MAX_LISTED_TOOLS",
     "DEFAULT_MEMORY_LIMIT_MB",
     "DEFAULT_PARAMETERS",
     "DEFAULT_SCOPE",
@@ -113,6 +114,9 @@ DEFAULT_WORKSPACE_FILES = 100_000
 DEFAULT_CPU_LIMIT = 1.0
 #: Calls of one agent that may run at once across every worker and host.
 DEFAULT_MAX_CONCURRENT_CALLS = 16
+#: Tools the model is given at most (OpenAI's limit is 128); the rest are
+#: found with `search_tools` and run with `call_tool` (broker/catalogue).
+DEFAULT_MAX_LISTED_TOOLS = 128
 #: The model's arguments of one call, as compact JSON in UTF-8: a million
 #: bytes is far more than a model writes, and keeps a worker's memory per call
 #: bounded (a 50 MB argument took a call process to 530 MB).

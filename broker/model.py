@@ -14,12 +14,14 @@ from typing import Any, Literal
 from broker.constants import (
     DEFAULT_CPU_LIMIT,
     DEFAULT_MAX_ARGUMENT_BYTES,
+    DEFAULT_MAX_LISTED_TOOLS,
     DEFAULT_WORKSPACE_FILES,
     DEFAULT_WORKSPACE_LIMIT_MB,
 )
 from broker.errors import UnknownAgent, UnknownTool
 
 __all__ = [
+    "Access",
     "Agent",
     "AgentSettings",
     "DeclaredTool",
@@ -66,6 +68,10 @@ class _ToolBase:
     timeout_seconds: float
     #: The tool file, for error messages.
     source: Path
+    #: Kept out of the agent's list, found with `search_tools` (a pin lists it).
+    deferred: bool = False
+    #: Listed even when the agent has more tools than `max_listed_tools`.
+    always_listed: bool = False
 
     def listing(self) -> dict[str, Any]:
         """What the model is given: name, description, parameters."""
@@ -108,8 +114,6 @@ class PluginTool(_ToolBase):
     plugin: str
     #: The registry key, e.g. "get_forecast".
     key: str
-    deferred: bool = False
-    always_listed: bool = False
     #: The call's memory limit in MB (128, or the raised floor).
     memory_limit_mb: int
     #: The plugin's derived permissions (the same for all its tools).
@@ -199,6 +203,28 @@ class Grant:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Access:
+    """An agent's `[agents.access]` and `max_listed_tools`, names already checked.
+
+    `tools` None is "all"; otherwise the final names the agent may use. A name
+    outside `tools`, or in `deny`, is neither listed, searchable nor callable.
+    """
+
+    tools: frozenset[str] | None = None
+    deny: frozenset[str] = frozenset()
+    pin: frozenset[str] = frozenset()
+    max_listed_tools: int = DEFAULT_MAX_LISTED_TOOLS
+
+    def refusal(self, name: str) -> str | None:
+        """Why the agent may not use its tool `name`, or None."""
+        if name in self.deny:
+            return "[agents.access] deny names it"
+        if self.tools is not None and name not in self.tools:
+            return "it is not in [agents.access] tools"
+        return None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Agent:
     """One `[[agents]]` entry with its package loaded."""
 
@@ -212,19 +238,27 @@ class Agent:
     grants: Mapping[str, Grant]
     #: Calls of this agent that may run at once, across all workers and hosts.
     max_concurrent_calls: int
+    access: Access = field(default_factory=Access)
 
     def tool(self, name: str) -> Tool:
-        try:
-            return self.tools[name]
-        except KeyError:
-            known = ", ".join(sorted(self.tools)) or "none"
-            raise UnknownTool(
-                f"agent {self.id!r} has no tool {name!r} (its tools: {known})"
-            ) from None
+        """The tool the agent may call as `name`; UnknownTool if none (or access denies it)."""
+        found = self.tools.get(name)
+        if found is None:
+            known = ", ".join(sorted(self.usable())) or "none"
+            raise UnknownTool(f"agent {self.id!r} has no tool {name!r} (its tools: {known})")
+        refusal = self.access.refusal(name)
+        if refusal is not None:
+            raise UnknownTool(f"agent {self.id!r} may not call tool {name!r}: {refusal}")
+        return found
+
+    def usable(self) -> list[str]:
+        """The final names the agent may call, in catalogue order (access applied)."""
+        return [name for name in self.tools if self.access.refusal(name) is None]
 
     def catalogue(self) -> list[dict[str, Any]]:
-        """The tool list the model is given, in declaration order."""
-        return [t.listing() for t in self.tools.values()]
+        """Every tool the agent may call, in catalogue order, before the list's limit
+        and flags apply (`broker.catalogue` gives the list the model is given)."""
+        return [self.tools[name].listing() for name in self.usable()]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

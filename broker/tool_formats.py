@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+from broker.catalogue import Catalogue
 from broker.errors import ConfigError
 from broker.model import Deployment
 
@@ -61,13 +62,7 @@ def in_format(listing: Iterable[Mapping[str, Any]], fmt: Format) -> list[dict[st
 def listed(deployment: Deployment, agent_id: str) -> list[dict[str, Any]]:
     """The tool list the model is given (`{name, description, parameters}`).
 
-    The catalogue's listed tools (with `search_tools` and `call_tool` when some
-    are hidden) where the deployment has a catalogue; otherwise every tool of
-    the agent in declaration order. UnknownAgent for an agent it does not have.
+    The catalogue's listed tools, with `search_tools` and `call_tool` when some
+    are not listed (`broker.catalogue`). UnknownAgent for an agent it does not have.
     """
-    try:
-        from broker.catalogue import Catalogue  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
-    except ImportError:
-        return deployment.agent(agent_id).catalogue()
-    listing: list[dict[str, Any]] = Catalogue.of(deployment).listed(agent_id)
-    return listing
+    return Catalogue.of(deployment).listed(agent_id)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-MODES = ("P1", "P2", "P3", "P4", "MEM")
+MODES = ("P1", "P2", "P3", "P4", "CAT", "MEM")
 
 
 @pytest.mark.slow
@@ -69,3 +69,14 @@ def test_goal_bounds_latency_from_above_and_throughput_from_below() -> None:
     throughput = Goal(median_min=0.7)
     assert throughput.met(0.75, 99.0)
     assert not throughput.met(0.65, 0.0)
+
+
+def test_the_catalogue_mode_agrees_with_its_naive_baseline(tmp_path: Path) -> None:
+    from bench import catalogue
+    from bench.context import Context
+
+    rows = catalogue.run(Context(quick=True, folder=tmp_path))
+    assert [row.name for row in rows] == ["list of 10,000 tools", "search_tools over 10,000"]
+    for row in rows:
+        assert not row.errors, row.errors
+        assert row.measured and row.details["tools"] == 10_000

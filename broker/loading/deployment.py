@@ -3,9 +3,11 @@ the plugins installed for every agent (`plugins.py`) and `[platform]` (`platform
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from broker.constants import AGENT_ID_PATTERN, DEFAULT_MAX_CONCURRENT_CALLS
+from broker.loading.access import read_access
 from broker.loading.fields import Problems, Table, field_path, type_name
 from broker.loading.grants import read_grant
 from broker.loading.host_folders import exposed_folder_problem
@@ -21,7 +23,9 @@ from broker.model import Agent, Deployment, Grant, Plugin, ServiceTool, Tool
 __all__ = ["AGENT_KEYS", "DEPLOYMENT_KEYS", "read_deployment"]
 
 DEPLOYMENT_KEYS = frozenset({"agents", "plugins", "platform", "mcp"})
-AGENT_KEYS = frozenset({"id", "package", "max_concurrent_calls", "mounts", "services"})
+AGENT_KEYS = frozenset(
+    {"id", "package", "max_concurrent_calls", "mounts", "services", "access", "max_listed_tools"}
+)
 
 
 def read_deployment(
@@ -74,7 +78,11 @@ def read_deployment(
         )
         agent = _read_agent(table, path=path, ids=ids, index=index, packages=packages)
         if agent is not None:
-            agents[agent.id] = _with_plugins(table, agent, plugins)
+            agent = _with_plugins(table, agent, plugins)
+            # Access names final names: read once the agent has every tool.
+            access = read_access(table, agent)
+            if access is not None:
+                agents[agent.id] = replace(agent, access=access)
     if problems:
         return None
     return Deployment(path=path, agents=agents, plugins=plugins, platform=platform, mcp=mcp)
@@ -90,8 +98,8 @@ def _with_plugins(table: Table, agent: Agent, plugins: dict[str, Plugin]) -> Age
             if name in tools:
                 table.problem(
                     "package",
-                    f"its tool {name!r} ({tools[name].source}) has the name of plugin "
-                    f"{plugin.slug!r}'s tool {tool.key!r}",
+                    f"its tool {name!r} ({tools[name].source}) has the final name of plugin "
+                    f"{plugin.slug!r}'s tool {tool.key!r} ({tool.source})",
                 )
                 continue
             tools[name] = tool

@@ -160,6 +160,13 @@ class Table:
             return None
         return int(value)
 
+    def boolean(self, key: str, *, default: bool) -> bool | None:
+        """true or false (None, a problem added, for anything else)."""
+        if key not in self.data:
+            return default
+        value = self._typed(key, bool, "true or false")
+        return None if value is None else bool(value)
+
     def list_of_strings(self, key: str, *, required: bool = False) -> list[str] | None:
         """A list whose items are all non-empty strings (each bad item named)."""
         if key not in self.data:

@@ -12,12 +12,14 @@ __all__ = [
     "MAX_CONCURRENT_CALLS",
     "MAX_CPU_LIMIT",
     "MAX_DISK_LIMIT_MB",
+    "MAX_LISTED_TOOLS",
     "MAX_MEMORY_LIMIT_MB",
     "MAX_TIMEOUT_SECONDS",
     "MAX_TOOL_OUTPUT_CHARS",
     "MAX_WORKSPACE_FILES",
     "MAX_WORKSPACE_LIMIT_MB",
     "MIN_CPU_LIMIT",
+    "MIN_LISTED_TOOLS",
 ]
 
 #: One day: a tool call longer than that is a job, not a call.
@@ -43,3 +45,7 @@ MIN_CPU_LIMIT = 0.01
 #: 100 MB: a call's message is one Redis value (at most 512 MB) and is decoded
 #: whole in a worker, several times its size in memory.
 MAX_ARGUMENT_BYTES = 100_000_000
+#: A list the model is given: no model API takes more tools in one request.
+MAX_LISTED_TOOLS = 100_000
+#: search_tools and call_tool take the last two places when tools are hidden.
+MIN_LISTED_TOOLS = 2

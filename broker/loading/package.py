@@ -16,6 +16,7 @@ from broker.constants import (
     DEFAULT_WORKDIR,
     DEFAULT_WORKSPACE_FILES,
     DEFAULT_WORKSPACE_LIMIT_MB,
+    PLUGIN_MAX_ALWAYS_LISTED,
 )
 from broker.loading.fields import Problems, Table, field_path
 from broker.loading.limits import (
@@ -92,9 +93,23 @@ def load_package(folder: Path, *, shown: str, problems: Problems) -> Package | N
             )
             continue
         tools[tool.name] = tool
+    _check_always_listed(tools, problems)
     if len(problems) > found or settings is None:
         return None
     return Package(settings=settings, tools=tools)
+
+
+def _check_always_listed(tools: dict[str, Tool], problems: Problems) -> None:
+    """Seed 002's rule for a plugin, per package: at most 3 `always_listed` tools."""
+    listed = [tool for tool in tools.values() if tool.always_listed]
+    for extra in listed[PLUGIN_MAX_ALWAYS_LISTED:]:
+        first = ", ".join(t.name for t in listed[:PLUGIN_MAX_ALWAYS_LISTED])
+        problems.add(
+            str(extra.source),
+            "always_listed",
+            f"a package may have at most {PLUGIN_MAX_ALWAYS_LISTED} always_listed tools "
+            f"(already: {first})",
+        )
 
 
 def _read_settings(table: Table) -> AgentSettings | None:

@@ -33,6 +33,8 @@ TOOL_KEYS = frozenset(
         "input",
         "timeout_seconds",
         "scope",
+        "deferred",
+        "always_listed",
     }
 )
 #: Seed 000: `{package}` in a command is the agent folder's path in the sandbox.
@@ -56,6 +58,7 @@ def load_tool_file(
         "timeout_seconds", default=default_timeout, maximum=MAX_TIMEOUT_SECONDS
     )
     mode = _read_input(table)
+    flags = _read_flags(table)
     has_command, has_service = table.has("command"), table.has("service")
     if has_command and has_service:
         table.problem("service", "a tool sets exactly one of command or service, not both")
@@ -75,8 +78,10 @@ def load_tool_file(
         or scope is None
         or timeout is None
         or parameters is None
+        or flags is None
     ):
         return None
+    deferred, always_listed = flags
     if command is not None:
         return DeclaredTool(
             name=name,
@@ -87,6 +92,8 @@ def load_tool_file(
             source=Path(shown),
             command=command,
             input="args" if mode == "args" else "json-stdin",
+            deferred=deferred,
+            always_listed=always_listed,
         )
     if service is not None and service_path is not None:
         # Seed 001: `input` has no effect on a service tool; it was checked, and is dropped.
@@ -99,6 +106,8 @@ def load_tool_file(
             source=Path(shown),
             service=service,
             path=service_path,
+            deferred=deferred,
+            always_listed=always_listed,
         )
     return None
 
@@ -119,6 +128,22 @@ def _read_name(table: Table) -> str | None:
     else:
         return name
     return None
+
+
+def _read_flags(table: Table) -> tuple[bool, bool] | None:
+    """(deferred, always_listed): the catalogue's flags, seed 002's rules for plugin tools."""
+    deferred = table.boolean("deferred", default=False)
+    always_listed = table.boolean("always_listed", default=False)
+    if deferred is None or always_listed is None:
+        return None
+    if deferred and always_listed:
+        table.problem(
+            "always_listed",
+            "a tool sets at most one of deferred and always_listed: it cannot be both kept "
+            "out of the list and always in it",
+        )
+        return None
+    return deferred, always_listed
 
 
 def _read_input(table: Table) -> str | None:

@@ -22,8 +22,9 @@ import argparse
 import json
 import re
 import sys
-from contextlib import ExitStack
-from typing import Any
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any
 
 from broker.errors import (
     BrokerUnavailable,
@@ -40,6 +41,11 @@ from broker.owner import DEFAULT_OWNER, check_owner
 from broker.request import INITIATOR_KINDS, Initiator
 from workers.commands import waiting
 from workers.commands.common import EXIT_INTERRUPTED
+
+if TYPE_CHECKING:
+    from broker.client import VesselClient
+    from broker.config import Settings
+    from broker.model import Deployment, Tool
 
 __all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_REFUSED", "add_parser", "exit_code", "run"]
 
@@ -118,6 +124,33 @@ def _missing_here(exc: MissingSecret) -> str:
     )
 
 
+def _runs(deployment: Deployment, agent: str, tool: str, text: str) -> Tool | None:
+    """The tool a worker runs for this call; None when the catalogue answers it at
+    submit (search_tools, or call_tool refusing); UnknownAgent, UnknownTool."""
+    from broker.catalogue import Answer, route_call  # noqa: PLC0415
+
+    routed = route_call(deployment, agent, tool, text)
+    if isinstance(routed, Answer):
+        return None
+    return deployment.agent(agent).tool(tool if routed is None else routed.tool)
+
+
+@contextmanager
+def _answering_client(deployment: Deployment, settings: Settings) -> Iterator[VesselClient]:
+    """An embedded client without a worker: for calls the catalogue answers at submit."""
+    from broker.celery_app import longest_timeout, make_app  # noqa: PLC0415
+    from broker.client import VesselClient  # noqa: PLC0415
+    from broker.embedded import LocalAdmission  # noqa: PLC0415
+
+    app = make_app(settings, longest_tool_seconds=longest_timeout(deployment))
+    client = VesselClient(deployment, settings, app=app, admission=LocalAdmission())
+    try:
+        yield client
+    finally:
+        client.close()
+        app.close()
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: every verb's module is imported by the
     # command line, and Celery alone takes a third of a second to import.
@@ -129,10 +162,11 @@ def run(args: argparse.Namespace) -> int:
         settings = Settings.from_environ()
         owner = check_owner(args.owner)
         deployment = load_deployment(args.deployment)
-        tool = deployment.agent(args.agent).tool(args.tool)
-        kind = tool.kind
+        # The tool a worker runs: call_tool's, or None when the catalogue answers.
+        tool = _runs(deployment, args.agent, args.tool, text)
+        kind = tool.kind if tool is not None else None
         # Only the called plugin's settings are needed here.
-        plugins = [tool.plugin] if tool.kind == "plugin" else None
+        plugins = [tool.plugin] if tool is not None and tool.kind == "plugin" else None
     except InvalidDeployment as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
@@ -142,7 +176,10 @@ def run(args: argparse.Namespace) -> int:
 
     with ExitStack() as stack:
         try:
-            if settings.embedded:
+            if settings.embedded and kind is None:
+                # search_tools (or a refusal) is answered at submit: no worker.
+                client = stack.enter_context(_answering_client(deployment, settings))
+            elif settings.embedded and kind is not None:
                 from workers.embedded import embedded_client  # noqa: PLC0415
 
                 # Only the called agent's secrets are needed here.

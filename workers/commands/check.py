@@ -7,7 +7,9 @@ Each `[[plugins]]` entry is published first: its sources run once, confined
 (no network, no host API, a time and memory limit), the plugin rules are
 applied to what they register, and `plugin.lock.json` is written into the
 plugin folder (or `--lock-dir DIR` as `<slug>.lock.json`). Every other loader
-reads that lock. A tool dropped for a built-in's name is a warning line (exit 0).
+reads that lock. A tool dropped for a built-in's name is a warning line (exit 0),
+and so are a final name over 64 characters and an agent whose pinned and
+always-listed tools take more places than its `max_listed_tools`.
 `--verbose` prints each plugin's derived permissions and limits.
 """
 
@@ -17,6 +19,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from broker.catalogue import catalogue_warnings
 from broker.errors import InvalidDeployment, Problem
 from broker.loading import default_lock_dir, load_deployment
 from broker.loading.deployment import DEPLOYMENT_KEYS
@@ -125,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
         for problem in dict.fromkeys(problems):
             print(problem)
         return EXIT_PROBLEMS
+    for warning in catalogue_warnings(deployment):
+        print(warning)
     if args.verbose:
         for plugin in deployment.plugins.values():
             shown = ", ".join(plugin.permissions) or "none"

@@ -209,7 +209,12 @@ def build_server(
     # The deployment is fixed for the server's life, and so is the list: made
     # once, not per request (a call checks its tool against it).
     tools = in_format(listed(client.deployment, agent), "mcp")
-    names = frozenset(str(entry["name"]) for entry in tools)
+    # What a call may name: every tool the agent may call, listed or not (a
+    # client that learnt a name from search_tools calls it directly, as a model
+    # may), plus the listed built-ins.
+    names = frozenset(str(entry["name"]) for entry in tools) | frozenset(
+        client.deployment.agent(agent).usable()
+    )
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
