@@ -68,7 +68,8 @@ class OpRefused(Exception):
     `reason` one of `broker.files.REASONS`."""
 
     def __init__(self, message: str, reason: str = "refused") -> None:
-        assert reason in REASONS, reason
+        if reason not in REASONS:  # a programming error, named
+            raise ValueError(f"OpRefused: unknown reason {reason!r} (one of {sorted(REASONS)})")
         super().__init__(message)
         self.reason = reason
 

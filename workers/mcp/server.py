@@ -136,7 +136,8 @@ class _Pending:
             return not self._cancelled
 
     def call_id(self) -> str:
-        assert self._call_id is not None  # set before the first wait returns
+        if self._call_id is None:  # set before the first wait returns
+            raise RuntimeError("the MCP call has no call id yet")
         return self._call_id
 
     def cancel(self) -> str | None:

@@ -66,7 +66,10 @@ class RuntimeProcess:
         self._stderr = stderr
         self._buffer = bytearray()
         self._write_lock = threading.Lock()
-        assert popen.stdout is not None
+        if popen.stdout is None or popen.stdin is None:
+            raise ValueError(
+                "RuntimeProcess: the runtime must be started with stdin and stdout pipes"
+            )
         self._out = popen.stdout.fileno()
         os.set_blocking(self._out, False)
         self.calls = 0
@@ -94,7 +97,8 @@ class RuntimeProcess:
         """Write one line; RuntimeEnded if the process is gone."""
         data = json.dumps(message, ensure_ascii=False, allow_nan=False).encode() + b"\n"
         stdin = self.popen.stdin
-        assert stdin is not None
+        if stdin is None:  # checked at start; never closed here but by close()
+            raise RuntimeEnded("the plugin runtime's stdin is closed")
         with self._write_lock:
             try:
                 stdin.write(data)

@@ -33,7 +33,10 @@ class LocalFiles:
     def _perform(
         self, context: HostContext, op: str, path: str, data: bytes | None = None, **caps: Any
     ) -> dict[str, Any]:
-        assert context.turn is not None  # workspace_call refuses a call with no turn
+        if context.turn is None:  # workspace_call refuses these first
+            raise WorkspaceError(
+                f"host.workspace.{op}: this call has no turn, so it has no workspace"
+            )
         workspace = self.store.for_turn(context.agent.id, context.turn)
         disk = context.agent.settings.disk_limit_mb * 1024 * 1024
         try:

@@ -148,7 +148,8 @@ def resolve_platform(
         raise MissingSecret(
             "plugin workers cannot start without these variables:\n" + "\n".join(reader.missing)
         )
-    assert url is not None
+    if url is None:  # [platform] without a url is refused by the loader first
+        raise MissingSecret("[platform]: no url")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
         # Never quoted: the URL may carry credentials.
