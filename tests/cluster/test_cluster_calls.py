@@ -118,7 +118,12 @@ def test_a_duplicated_message_runs_the_tool_once(cluster: Cluster) -> None:
     client.app.send_task(
         TASK_NAMES["service"], args=[message], task_id=handle.call_id, queue=shared_lane("service")
     )
-    time.sleep(1.5)
+    # Every copy taken and acked (the lane empty, kombu's `unacked` hash holding
+    # none of them): each was turned away by then, or it would have run.
+    deadline = time.monotonic() + 30
+    while cluster.redis.llen(shared_lane("service")) or cluster.redis.hlen("unacked"):
+        assert time.monotonic() < deadline, "the duplicate messages were never consumed"
+        time.sleep(0.05)
     assert cluster.recorder.count(n) == 1
     assert client.result(handle.call_id, timeout=1) == first
     client.close()
