@@ -29,8 +29,10 @@ import pytest
 import redis
 
 from bench.redis_server import free_port
+from broker.admission.keys import claim_key
 from broker.client import CallHandle
 from broker.errors import BrokerLostCall, TransientError
+from broker.queues import shared_lane
 
 from .conftest import CLUSTER_ENV, REPO, Cluster, Recorder, serve, write_deployment
 
@@ -410,7 +412,15 @@ def test_a_call_that_finishes_during_an_outage_stores_its_result_once(
     own.start()
     result = handle.result(timeout=20)
     assert result.outcome == "ok" and _n(result.output) == 7
-    time.sleep(1.5)  # a re-run would have started by now (sweeps every 0.5 s)
+    # Nothing left that could run it again: no claim on it, nothing in its lane
+    # (a re-dispatch before the result was stored would show as one or the other
+    # until its run ended; after it, the done mark turns any away).
+    redis_client = cluster.redis
+    while redis_client.exists(claim_key(handle.call_id)) or redis_client.llen(
+        shared_lane("service")
+    ):
+        assert time.monotonic() < deadline + 30, "the call's claim or lane never emptied"
+        time.sleep(0.05)
     assert cluster.recorder.count(7) == 1  # stored from memory, not run again
     assert worker.poll() is None
     client.close()
