@@ -195,7 +195,9 @@ def test_the_default_time_limit_is_30_s(call: Calls) -> None:
     started = time.monotonic()
     result = call("demo__spin")
     assert result.output == "[timed out after 30 s]"
-    assert 30 <= time.monotonic() - started < 36
+    # Node's timers have millisecond granularity and may fire up to 1 ms early:
+    # 29.9 s still tells 30 s from any other limit.
+    assert 29.9 <= time.monotonic() - started < 36
 
 
 def test_a_source_changed_after_the_lock_is_refused_not_run(tmp_path: Path) -> None:
