@@ -12,7 +12,7 @@ const setOf = (base, extra) => {
 const FRAGMENT_SET = setOf([], ' "<>`');
 const QUERY_SET = setOf([], ' "#<>');
 const SPECIAL_QUERY_SET = setOf(QUERY_SET, "'");
-const PATH_SET = setOf(QUERY_SET, "?`{}");
+const PATH_SET = setOf(QUERY_SET, "?^`{}");
 const USERINFO_SET = setOf(PATH_SET, "/:;=@[\\]^|");
 const COMPONENT_SET = setOf(USERINFO_SET, "$%&+,");
 const FORM_SET = setOf(COMPONENT_SET, "!'()~");
