@@ -47,6 +47,20 @@ function show(expr) {
 SOURCE = (
     SHOW
     + """
+tools.console = {
+  description: "Writes to the console without awaiting anything.",
+  handler: () => {
+    console.log("a", 1, { b: [2] }, undefined);
+    console.info("info");
+    console.warn(new Error("careful"));
+    console.error("bad", 10n);
+    console.table([1]);
+    console.trace("nowhere");
+    return "done";
+  },
+};
+// At a source's top level, outside any call: nowhere, and no error.
+console.log("loading");
 tools.evaluate = {
   description: "Evaluates expressions.",
   // As ASCII JSON text: the result's length is then the same counted in UTF-16
@@ -279,6 +293,25 @@ def test_a_patched_prototype_is_not_seen_by_the_next_call(call: Calls) -> None:
     assert evaluate(call, patch) == [{"ok": "patched"}]
     fresh = ['String(new URL("http://a/"))', 'new URLSearchParams("k=v").get("k")', 'atob("YQ==")']
     assert evaluate(call, fresh) == [{"ok": "http://a/"}, {"ok": "v"}, {"ok": "a"}]
+
+
+def test_console_writes_go_to_host_log_at_their_level(call: Calls) -> None:
+    result = call("web__console")
+    assert (result.output, result.outcome) == ('"done"', "ok")
+    assert [(e["level"], e["message"].splitlines()[0]) for e in result.logs] == [
+        ("info", 'a 1 {"b":[2]} undefined'),
+        ("info", "info"),
+        ("warn", "Error: careful"),
+        ("error", "bad 10"),
+    ]
+    # The stack of a logged Error names the plugin's file.
+    assert "/plugin/src/web.js" in result.logs[2]["message"]
+
+
+def test_a_console_level_the_sources_never_name_is_refused_quietly(call: Calls) -> None:
+    # No `console.debug` in the sources: no host:log:debug, and the write goes nowhere.
+    result = call("web__evaluate", {"exprs": ['console["debug"]("hidden") === undefined']})
+    assert (json.loads(json.loads(result.output)), result.logs) == ([{"ok": True}], ())
 
 
 def test_the_globals_are_writable_and_not_enumerable(call: Calls) -> None:

@@ -48,6 +48,7 @@ _RUNTIME_FILES = (
     "web/urlparse.js",
     "web/url.js",
     "web/clone.js",
+    "web/console.js",
 )
 _PREFIX = "vessel-plugin-"
 #: A stage of a dead pid is removed only once this old: the pid may be another

@@ -28,7 +28,7 @@ const compile = (code, filename) => new vm.Script(code, { filename, importModule
 const bootstrap = compile(readFileSync(new URL("./context.js", import.meta.url), "utf8"), "/.vessel/runtime/context.js");
 // The web globals (web.js with its parts in web/, joined in this order: each
 // part uses what the ones before it define), run in each context after context.js.
-const WEB_PARTS = ["encoding.js", "search.js", "urlparse.js", "url.js", "clone.js"];
+const WEB_PARTS = ["encoding.js", "search.js", "urlparse.js", "url.js", "clone.js", "console.js"];
 const webSource = readFileSync(new URL("./web.js", import.meta.url), "utf8").replace(
   "/* PARTS */",
   () => WEB_PARTS.map((part) => readFileSync(new URL(`./web/${part}`, import.meta.url), "utf8")).join("\n"),

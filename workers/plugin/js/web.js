@@ -1,7 +1,7 @@
 // The web-standard globals a handler has in its context: URL, URLSearchParams,
-// TextEncoder, TextDecoder, atob, btoa, structuredClone. contexts.mjs joins
-// this file and the parts in web/ into one script, compiled once per isolate
-// and run in every new context, so every object here is the context's own (no
+// TextEncoder, TextDecoder, atob, btoa, structuredClone, and console (to
+// host.log). contexts.mjs joins this file and the parts in web/ into one
+// script, compiled once per isolate and run in every new context, so every object here is the context's own (no
 // object of the runtime's realm is handed in). Each global is an accessor that
 // builds its value on first use and then becomes a plain writable property:
 // making a context costs a few accessors, not the classes.
