@@ -40,7 +40,13 @@ _BUILDS = re.compile(r"build|release", re.IGNORECASE)
 _CONSOLE = re.compile(
     r"(?<![\w$.])(?:globalThis\s*\.\s*)?console\s*(?:\?\.|\.)\s*(log|info|warn|error|debug)(?![\w$])"
 )
-_CONSOLE_LEVELS = {"log": "info", "info": "info", "warn": "warn", "error": "error", "debug": "debug"}
+_CONSOLE_LEVELS = {
+    "log": "info",
+    "info": "info",
+    "warn": "warn",
+    "error": "error",
+    "debug": "debug",
+}
 
 
 def blank_comments_and_strings(code: str) -> str:
