@@ -40,6 +40,20 @@ def test_each_chain_gives_its_permission(code: str, expected: list[str]) -> None
     assert list(derive_permissions([code])) == expected
 
 
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("console.log('x')", ["host:log:info"]),
+        ("console.info(1); globalThis.console.warn(2)", ["host:log:info", "host:log:warn"]),
+        ("console?.error(e); console.debug(d)", ["host:log:debug", "host:log:error"]),
+        ("console.table(x); myconsole.log(1); a.console.log(2)", []),
+        ("// console.log(1)\nconst s = 'console.warn(2)'", []),
+    ],
+)
+def test_console_methods_give_their_host_log_level(code: str, expected: list[str]) -> None:
+    assert list(derive_permissions([code])) == expected
+
+
 def test_permissions_of_several_sources_are_merged_and_sorted() -> None:
     found = derive_permissions(["host.fetch({}); host.fetch({})", "host.log.warn('x')"])
     assert found == ("host:fetch", "host:log:warn")

@@ -4,6 +4,7 @@ host calls, logs, redaction, a fresh state per call, and each limit."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -81,6 +82,14 @@ def test_the_result_is_cut_to_tool_output_chars(call: Calls) -> None:
     limit = call.agent.settings.tool_output_chars
     assert result.output == '"' + "x" * (limit - 1) + f"\n[{50002 - limit} characters dropped]"
     assert result.dropped_chars == 50002 - limit
+
+
+def test_characters_outside_the_bmp_are_not_counted_as_dropped(call: Calls) -> None:
+    value = "weather: \u2600\ufe0f \U0001f327\ufe0f \U0001f30a, h\u00e9las"
+    result = call("demo__value", {"value": value})
+    assert not result.is_error, result.output
+    assert json.loads(result.output) == value
+    assert result.dropped_chars == 0 and "dropped" not in result.output
 
 
 def test_settings_come_from_the_bridge_and_secrets_are_redacted(call: Calls) -> None:

@@ -41,7 +41,10 @@ def outcome(
     if done.get("ok") is True and isinstance(done.get("text"), str):
         text = redact(done["text"])
         total = done.get("total")
-        sent = len(done["text"])
+        # `total` is JavaScript's length: UTF-16 code units. Compare it with the
+        # sent text's length in the same units, or every character outside the
+        # BMP (an emoji: 2 units, 1 Python character) reads as one dropped.
+        sent = len(done["text"].encode("utf-16-le", "surrogatepass")) // 2
         beyond = total - sent if isinstance(total, int) and total > sent else 0
         output, dropped = cut_output(text, agent.settings.tool_output_chars, already_dropped=beyond)
         return result(is_error=False, output=output, dropped_chars=dropped, outcome="ok")

@@ -6,7 +6,9 @@ Every member chain on `host` gives `host:` and the chain joined by `:`:
 gives `host:session:llm`. `host?.a`, `host.a?.b`, `host["a"]` and
 `globalThis.host.a` count too. Any `host.plugins` method that builds or
 releases (a member whose name holds "build" or "release") also gives
-`agentApi:plugins.write`.
+`agentApi:plugins.write`. A handler's `console.log/info/warn/error/debug` goes
+to `host.log` at the matching level (`log` is `info`), so each gives that
+`host:log:<level>`.
 
 The scan blanks comments and the text of string literals first (template
 literals keep their `${...}` code), so a chain in a comment or a string
@@ -34,6 +36,17 @@ _STEP = re.compile(
     r"|\s*!?\s*(?:\?\.)?\s*\[\s*(['\"])([A-Za-z_$][\w$]*)\2\s*\]"  # ["name"] ?.["name"]
 )
 _BUILDS = re.compile(r"build|release", re.IGNORECASE)
+# `console.<method>` (or `globalThis.console.<method>`): the context sends it to host.log.
+_CONSOLE = re.compile(
+    r"(?<![\w$.])(?:globalThis\s*\.\s*)?console\s*(?:\?\.|\.)\s*(log|info|warn|error|debug)(?![\w$])"
+)
+_CONSOLE_LEVELS = {
+    "log": "info",
+    "info": "info",
+    "warn": "warn",
+    "error": "error",
+    "debug": "debug",
+}
 
 
 def blank_comments_and_strings(code: str) -> str:
@@ -116,7 +129,10 @@ def derive_permissions(sources: Iterable[str]) -> tuple[str, ...]:
     """The sorted permissions the source texts derive."""
     found: set[str] = set()
     for source in sources:
-        for chain in _chains(blank_comments_and_strings(source)):
+        code = blank_comments_and_strings(source)
+        for method in _CONSOLE.finditer(code):
+            found.add(f"host:log:{_CONSOLE_LEVELS[method.group(1)]}")
+        for chain in _chains(code):
             found.add("host:" + ":".join(chain))
             if chain[0] == "plugins" and any(_BUILDS.search(m) for m in chain[1:]):
                 found.add(PLUGINS_WRITE)

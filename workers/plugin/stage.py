@@ -1,6 +1,7 @@
 """The read-only folder a runtime process sees: the runtime's scripts and the plugin's sources.
 
-    <stage>/runtime/   runtime.mjs, isolate.mjs, contexts.mjs, context.js (workers/plugin/js)
+    <stage>/runtime/   runtime.mjs, isolate.mjs, contexts.mjs, context.js, web.js, web/*.js
+                       (workers/plugin/js)
     <stage>/plugin/    each source at its relative path, nothing else of the plugin folder
 
 A copy, not the plugin folder itself: the runtime sees exactly the sources the
@@ -35,7 +36,20 @@ __all__ = [
 
 #: The runtime's own scripts, shipped in the wheel (pyproject package-data).
 JS_DIR = Path(__file__).parent / "js"
-_RUNTIME_FILES = ("runtime.mjs", "isolate.mjs", "contexts.mjs", "context.js")
+_RUNTIME_FILES = (
+    "runtime.mjs",
+    "isolate.mjs",
+    "contexts.mjs",
+    "context.js",
+    # The web globals of a context (contexts.mjs joins them into one script).
+    "web.js",
+    "web/encoding.js",
+    "web/search.js",
+    "web/urlparse.js",
+    "web/url.js",
+    "web/clone.js",
+    "web/console.js",
+)
 _PREFIX = "vessel-plugin-"
 #: A stage of a dead pid is removed only once this old: the pid may be another
 #: pid namespace's (workers in containers sharing /tmp).
@@ -98,6 +112,7 @@ def make_stage(
         os.chmod(stage, 0o755)  # noqa: S103 (read by the runtime's uid; holds no secret)
         runtime = stage / "runtime"
         runtime.mkdir(mode=0o755)
+        (runtime / "web").mkdir(mode=0o755)
         for name in _RUNTIME_FILES:
             shutil.copyfile(JS_DIR / name, runtime / name)
             os.chmod(runtime / name, 0o644)

@@ -26,6 +26,7 @@
   const isArray = Array.isArray;
   const PromiseOf = Promise;
   const resolved = Promise.resolve.bind(Promise);
+  const allSettled = Promise.allSettled.bind(Promise);
   const then = Promise.prototype.then;
   const ObjectPrototype = Object.prototype;
   const RangeErrorOf = RangeError;
@@ -41,6 +42,7 @@
   // built name read as another chain; the worker checks the chain it gets as is.
   const MEMBER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
   const MAX_TIMERS = 10000;
+  const LOG_CHAIN = /^log\./;
   const sources = [];
 
   let outbox = [];
@@ -54,6 +56,7 @@
   const timers = new Map();
   let nextTimer = 0;
   let loadFailed = null;
+  const written = []; // host.log calls in flight (console's too): the call ends after their answers
   const registeredBy = new Map();
   let manifestBy = null;
   let lastManifest;
@@ -83,10 +86,12 @@
       return PromiseOf.reject(new TypeError(`host.${chain}: the arguments are not JSON (${error.message})`));
     }
     const id = ++nextId;
-    return new PromiseOf((resolve, reject) => {
+    const answered = new PromiseOf((resolve, reject) => {
       apply(mapSet, pending, [id, { resolve, reject }]);
       send({ op: "host", id, chain, args: payload });
     });
+    if (apply(regexTest, LOG_CHAIN, [chain])) written[written.length] = apply(then, answered, [undefined, () => undefined]);
+    return answered;
   }
 
   function member(path) {
@@ -269,8 +274,10 @@
     try {
       value = await entry.handler(parse(event.input), deepFreeze(parse(event.context)));
     } catch (error) {
+      await allSettled(written);
       return failure(error, "error");
     }
+    await allSettled(written);
     let text;
     try {
       text = stringify(value === undefined ? null : value);

@@ -26,6 +26,14 @@ const refuseImport = () => {
 };
 const compile = (code, filename) => new vm.Script(code, { filename, importModuleDynamically: refuseImport });
 const bootstrap = compile(readFileSync(new URL("./context.js", import.meta.url), "utf8"), "/.vessel/runtime/context.js");
+// The web globals (web.js with its parts in web/, joined in this order: each
+// part uses what the ones before it define), run in each context after context.js.
+const WEB_PARTS = ["encoding.js", "search.js", "urlparse.js", "url.js", "clone.js", "console.js"];
+const webSource = readFileSync(new URL("./web.js", import.meta.url), "utf8").replace(
+  "/* PARTS */",
+  () => WEB_PARTS.map((part) => readFileSync(new URL(`./web/${part}`, import.meta.url), "utf8")).join("\n"),
+);
+const web = compile(webSource, "/.vessel/runtime/web.js");
 const pump = compile("__vesselPump()", "/.vessel/runtime/pump");
 const collect = compile("__vesselCollect()", "/.vessel/runtime/collect");
 // Each source runs as Node runs a CommonJS file, in a function of its own (so two
@@ -65,6 +73,7 @@ function fresh() {
   });
   const made = { g, items: [] };
   bootstrap.runInContext(g);
+  web.runInContext(g);
   for (const { source, script } of scripts) {
     let failed = false;
     try {

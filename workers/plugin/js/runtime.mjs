@@ -66,7 +66,8 @@ function start() {
       codeRangeSizeMb: 16,
       stackSizeMb: 4,
     },
-    // The handler's console output goes nowhere (host.log is the way to log);
+    // An ES module isolate's console output goes nowhere (host.log is the way to log;
+    // in a vm context, console writes go to host.log: web/console.js);
     // it must never reach this process's stdout, the protocol.
     stdout: true,
     stderr: true,
