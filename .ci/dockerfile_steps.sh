@@ -45,6 +45,24 @@ python3 -m venv "$work/venv"
 
 # --- 3. the entry points the image and compose.yaml name ----------------------------
 "$work/venv/bin/vessel-workers" --help >/dev/null
+# The installed package carries every file the code reads that is not Python
+# (admission's Lua scripts, the plugin runtime's JavaScript): the same as the tree.
+repo="$PWD"
+(cd "$work" && "$work/venv/bin/python" - "$repo" <<'PY'
+import pathlib, sys
+import broker, workers
+tree = pathlib.Path(sys.argv[1])
+for package, folder, pattern in (
+    (broker, "admission/scripts", "*.lua"),
+    (workers, "plugin/js", "*.*js"),
+):
+    installed = pathlib.Path(package.__file__).parent / folder
+    want = sorted(str(p.relative_to(tree / package.__name__ / folder)) for p in (tree / package.__name__ / folder).rglob(pattern))
+    have = sorted(str(p.relative_to(installed)) for p in installed.rglob(pattern))
+    if want != have:
+        sys.exit(f"dockerfile_steps: the installed {package.__name__}/{folder} holds {have}, the tree {want}")
+PY
+)
 (cd "$work" && VESSEL_BROKER_URL=redis://127.0.0.1:6379/0 "$work/venv/bin/python" -c \
   'import celery, broker.celery_app as m; assert isinstance(m.app, celery.Celery)')
 /usr/bin/tini --version >/dev/null
