@@ -381,6 +381,19 @@ class Cluster:
             self._redis.close()
 
 
+def files_named(root: Path, pattern: str) -> list[Path]:
+    """Files under `root` whose name matches `pattern` (fnmatch). os.walk, not
+    rglob: workers replace their /etc stage and remove workspaces while a test
+    looks, and a folder gone meanwhile is skipped, not an error."""
+    import fnmatch
+
+    return [
+        Path(folder) / name
+        for folder, _dirs, files in os.walk(root)
+        for name in fnmatch.filter(files, pattern)
+    ]
+
+
 def processes_with(marker: str) -> list[int]:
     """Host pids whose command line contains `marker`."""
     found = []

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import REPO, Cluster, processes_with
+from .conftest import REPO, Cluster, files_named, processes_with
 
 pytestmark = [
     pytest.mark.cluster,
@@ -163,7 +163,7 @@ def test_end_turn_removes_the_turn_workspace_on_the_sandbox_host(cluster: Cluste
         client.close()
 
     def found() -> list[str]:
-        return [str(p) for p in cluster.workspaces.rglob(marker)]
+        return [str(p) for p in files_named(cluster.workspaces, marker)]
 
     assert found(), "the tool's file is in the turn's workspace"
     done = cli(cluster, "end-turn", turn)

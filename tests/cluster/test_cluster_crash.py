@@ -34,7 +34,7 @@ import pytest
 
 from broker import fast_path
 
-from .conftest import Cluster, processes_with
+from .conftest import Cluster, files_named, processes_with
 
 pytestmark = [
     pytest.mark.cluster,
@@ -116,8 +116,8 @@ def test_service_calls_of_a_killed_worker_finish_elsewhere_once(cluster: Cluster
 
 
 def _runs(workspaces: Path) -> collections.Counter[str]:
-    lines = [line for log in workspaces.rglob("runs.log") for line in log.read_text().split()]
-    return collections.Counter(lines)
+    logs = files_named(workspaces, "runs.log")
+    return collections.Counter(line for log in logs for line in log.read_text().split())
 
 
 def test_declared_calls_of_a_killed_worker_finish_elsewhere_once(cluster: Cluster) -> None:

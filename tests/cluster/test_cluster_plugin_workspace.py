@@ -22,7 +22,15 @@ import pytest
 
 from broker.admission.keys import home_key
 
-from .conftest import WS_PY, Cluster, Recorder, check_deployment, cluster_env, start_redis
+from .conftest import (
+    WS_PY,
+    Cluster,
+    Recorder,
+    check_deployment,
+    cluster_env,
+    files_named,
+    start_redis,
+)
 
 pytestmark = [
     pytest.mark.cluster,
@@ -174,7 +182,7 @@ def _home(cluster: Cluster, agent: str, turn: str) -> str:
 
 
 def _files_under(root: Path, name: str) -> list[Path]:
-    return [p for p in root.rglob(name) if p.is_file()]
+    return files_named(root, name)
 
 
 def test_a_plugin_note_is_read_by_a_declared_call_on_the_home_host(cluster: Cluster) -> None:
@@ -196,7 +204,7 @@ def test_a_plugin_note_is_read_by_a_declared_call_on_the_home_host(cluster: Clus
         if homes == set(HOSTS):
             break
     assert homes == set(HOSTS), f"every turn was homed on {homes}"
-    assert not [p for p in cluster.root_of("plugin").rglob("*") if p.is_file()]
+    assert not files_named(cluster.root_of("plugin"), "*")
 
 
 def test_a_declared_note_is_read_by_a_plugin_call(cluster: Cluster) -> None:
