@@ -313,7 +313,13 @@ def test_removal_by_a_worker_that_is_not_root_never_follows_a_link(tmp_path: Pat
 
 
 def _files(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+    """Every folder and file under `root`. os.walk, not rglob: the runner removes
+    a finished call's folder in the background, and one gone meanwhile is
+    skipped, not an error."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        found += [str((Path(folder) / name).relative_to(root)) for name in dirs + files]
+    return sorted(found)
 
 
 def test_calls_without_a_turn_leave_nothing_once_closed(tmp_path: Path) -> None:
