@@ -31,7 +31,10 @@ before either runs, this module checks what they rely on:
 
 When a check fails, calls are published the plain way: admission returns them
 (`Dispatched`) and the caller publishes them with `send_task`
-(`broker.admission.publish`), and one log line says why.
+(`broker.admission.publish`), and one log line says why (a warning; at info
+level when the setting turned it off). A `redis://` worker whose transport is
+refused runs `broker.transport.SafeRedisTransport`: kombu's, with the one fix
+that keeps a worker alive across a Redis restart.
 """
 
 from __future__ import annotations
@@ -303,6 +306,13 @@ def _probe_problem(
     return None
 
 
-def log_fallback(reason: str) -> None:
-    """The one log line saying why calls are published with `send_task`."""
-    _log.warning("fast path off: %s; calls are published with Celery's send_task", reason)
+def log_fallback(reason: str, *, worker: bool = False) -> None:
+    """The one log line saying why calls are published with `send_task`.
+
+    A warning; in a client, an info line when the setting turned the path off:
+    the operator asked for it, and every `vessel-workers call` would print it
+    on stderr. A worker says it once at start, as a warning, where its log shows it.
+    """
+    asked = reason == f"{ENV_FAST_PATH}=off"
+    level = logging.INFO if asked and not worker else logging.WARNING
+    _log.log(level, "fast path off: %s; calls are published with Celery's send_task", reason)

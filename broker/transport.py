@@ -53,13 +53,16 @@ from broker.fast_path import transport_reason
 _log = logging.getLogger(__name__)
 
 __all__ = [
+    "SAFE_TRANSPORT",
     "SENTINEL_TRANSPORT",
     "TRANSPORT",
     "AdmissionQoS",
     "PublishRecorder",
     "RedisChannel",
     "RedisTransport",
-    "SafeRestoreQoS",
+    "SafeQoS",
+    "SafeRedisChannel",
+    "SafeRedisTransport",
     "SentinelChannel",
     "SentinelTransport",
     "pushed_by_admission",
@@ -117,8 +120,56 @@ def pushed_by_admission(delivery_tag: Any) -> bool:
     return isinstance(delivery_tag, str) and delivery_tag.startswith(ADMISSION_TAG_PREFIX)
 
 
-class AdmissionQoS(kombu_redis.QoS):
-    """kombu's Redis ack emulation, in memory only for admission's messages."""
+class SafeQoS(kombu_redis.QoS):
+    """kombu's Redis QoS; a channel closed with a lost connection cannot end the worker.
+
+    When Redis goes away, Celery's consumer closes the channel (its pool is
+    dropped, then its connection) and opens a new one once Redis answers. What
+    still refers to the old channel then fails in kombu with AttributeError, which
+    Celery does not expect and answers with "Unrecoverable error", ending the
+    worker: restoring the unacked messages at the close, and the ack (or reject)
+    of a call that finishes after it. Here each is logged and dropped instead.
+    Nothing is lost: the message's unacked copy stays in Redis and comes back
+    after the visibility timeout; its call's claim turns it away if the call's
+    result is already stored, and admission's lease dispatches it again if not.
+    """
+
+    def ack(self, delivery_tag: Any) -> None:
+        try:
+            super().ack(delivery_tag)  # type: ignore[no-untyped-call]
+        except AttributeError as exc:
+            if not self.channel.closed:
+                raise
+            self._drop(delivery_tag, "ack", exc)
+
+    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        try:
+            super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
+        except AttributeError as exc:
+            if not self.channel.closed:
+                raise
+            self._drop(delivery_tag, "reject", exc)
+
+    def _drop(self, delivery_tag: Any, what: str, exc: BaseException) -> None:
+        _log.warning(
+            "could not %s message %s: its channel closed with the lost broker connection "
+            "(%r); its unacked copy comes back after the visibility timeout",
+            what,
+            delivery_tag,
+            exc,
+        )
+        self._delivered.pop(delivery_tag, None)
+
+    def restore_unacked(self, client: Any = None) -> None:
+        try:
+            super().restore_unacked(client)  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            _log.warning("could not restore %d unacked messages: %r", len(self._delivered), exc)
+            self._delivered.clear()
+
+
+class AdmissionQoS(SafeQoS):
+    """kombu's Redis ack emulation (`SafeQoS`), in memory only for admission's messages."""
 
     def append(self, message: Any, delivery_tag: Any) -> None:
         if pushed_by_admission(delivery_tag):
@@ -130,14 +181,14 @@ class AdmissionQoS(kombu_redis.QoS):
         if pushed_by_admission(delivery_tag):
             virtual.QoS.ack(self, delivery_tag)  # type: ignore[no-untyped-call]
         else:
-            super().ack(delivery_tag)  # type: ignore[no-untyped-call]
+            super().ack(delivery_tag)
 
     def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
         if pushed_by_admission(delivery_tag):
             # Requeues through the channel's `_restore`, from memory.
             virtual.QoS.reject(self, delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
         else:
-            super().reject(delivery_tag, requeue=requeue)  # type: ignore[no-untyped-call]
+            super().reject(delivery_tag, requeue=requeue)
 
     def restore_unacked(self, client: Any = None) -> None:
         self._flush()  # type: ignore[no-untyped-call]  # tags acked since the last delivery
@@ -211,31 +262,35 @@ class RedisChannel(kombu_redis.Channel):
         return recorder
 
 
-class SafeRestoreQoS(kombu_redis.QoS):
-    """kombu's Redis QoS; restoring at a lost connection's close cannot end the worker.
+class SafeRedisChannel(kombu_redis.Channel):
+    """kombu's Redis channel with `SafeQoS` and nothing else of the fast path."""
 
-    kombu's own `restore_unacked` raises AttributeError when Celery closes a
-    channel whose connection is gone (its pool was dropped first): the worker
-    then stops with "Unrecoverable error". The messages stay in kombu's
-    unacked hash and come back after the visibility timeout.
+    QoS = SafeQoS
+
+
+class SafeRedisTransport(kombu_redis.Transport):
+    """kombu's Redis transport (`redis://`), unchanged but for `SafeQoS`.
+
+    What a worker runs when `broker.fast_path` refuses `RedisTransport`
+    (`VESSEL_FAST_PATH=off`, a kombu CI did not run the shortcuts on): the
+    shortcuts go, the fix that keeps a worker alive across a Redis restart stays.
     """
 
-    def restore_unacked(self, client: Any = None) -> None:
-        try:
-            super().restore_unacked(client)  # type: ignore[no-untyped-call]
-        except Exception as exc:
-            _log.warning("could not restore %d unacked messages: %r", len(self._delivered), exc)
-            self._delivered.clear()
+    Channel = SafeRedisChannel
+
+
+#: The `broker_transport` of redis:// broker URLs when the fast path is off.
+SAFE_TRANSPORT = f"{__name__}:SafeRedisTransport"
 
 
 class SentinelChannel(kombu_redis.SentinelChannel):
-    """kombu's Sentinel channel with `SafeRestoreQoS`."""
+    """kombu's Sentinel channel with `SafeQoS`."""
 
-    QoS = SafeRestoreQoS
+    QoS = SafeQoS
 
 
 class SentinelTransport(kombu_redis.SentinelTransport):
-    """kombu's Sentinel transport (`sentinel://`), unchanged but for `SafeRestoreQoS`.
+    """kombu's Sentinel transport (`sentinel://`), unchanged but for `SafeQoS`.
 
     Not in `TRANSPORTS`: admission does not push messages through Sentinel
     (calls are published with `send_task`), see `broker.celery_app`.
@@ -261,7 +316,12 @@ TRANSPORT = f"{__name__}:RedisTransport"
 def transport_for(settings: Settings) -> str | None:
     """The transport class path for these settings, or None to let kombu choose.
 
-    None unless `broker.fast_path.transport_reason` finds nothing against it
-    (the setting, a `redis://` URL, a kombu release CI ran these shortcuts on).
+    `TRANSPORT` when `broker.fast_path.transport_reason` finds nothing against
+    it (the setting, a `redis://` URL, a kombu release CI ran these shortcuts
+    on); else `SAFE_TRANSPORT` for any other `redis://` broker; None for the
+    rest (`rediss://`, see the module's docstring).
     """
-    return TRANSPORT if transport_reason(settings) is None else None
+    if transport_reason(settings) is None:
+        return TRANSPORT
+    scheme = (settings.broker_url or "").split("://", 1)[0].lower()
+    return SAFE_TRANSPORT if scheme == "redis" else None

@@ -29,7 +29,7 @@ from broker.config import Settings
 from broker.envelope import build_envelope, probe_message
 from broker.loading import load_deployment
 from broker.queues import shared_lane
-from broker.transport import TRANSPORT
+from broker.transport import SAFE_TRANSPORT, TRANSPORT, transport_for
 
 #: True where this venv's kombu and Celery are ones the envelope is known to work on.
 KNOWN = (
@@ -111,15 +111,15 @@ def test_the_setting_turns_the_fast_path_and_the_transport_off(
 ) -> None:
     settings = Settings.from_environ({"VESSEL_BROKER_URL": redis_url, "VESSEL_FAST_PATH": "off"})
     assert settings.fast_path is False
-    caplog.set_level(logging.WARNING, logger="broker.fast_path")
+    caplog.set_level(logging.INFO, logger="broker.fast_path")
     client = VesselClient(load_deployment(EXAMPLES / "deployment.toml"), settings)
     try:
         assert client.fast_path.reason == "VESSEL_FAST_PATH=off"
-        assert len(_fallbacks(caplog)) == 1
-        # kombu's own Redis transport, not ours.
-        assert "broker_transport" not in client.app.conf or client.app.conf.broker_transport != (
-            TRANSPORT
-        )
+        # Asked for: one line at info level, no warning on every command.
+        (line,) = [r for r in caplog.records if r.getMessage().startswith("fast path off")]
+        assert line.levelno == logging.INFO
+        # kombu's own Redis transport with only the restore that cannot end a worker.
+        assert client.app.conf.broker_transport == SAFE_TRANSPORT
         client.admission.heartbeat("sandbox", "w1", {LANE: 1}, 10_000)
         handle = client.submit("field-guide", "species", {}, owner="web/alice")
         (waiting,) = _lane(plain)
@@ -128,6 +128,16 @@ def test_the_setting_turns_the_fast_path_and_the_transport_off(
         assert not waiting["properties"]["delivery_tag"].startswith("vessel-")
     finally:
         client.close()
+
+
+def test_a_redis_worker_the_shortcuts_are_refused_to_still_restores_safely() -> None:
+    def transport(url: str, fast: bool) -> str | None:
+        return transport_for(Settings(broker_url=url, fast_path=fast))
+
+    assert transport("redis://127.0.0.1:6379/0", True) == TRANSPORT
+    assert transport("redis://127.0.0.1:6379/0", False) == SAFE_TRANSPORT
+    # TLS: kombu derives its defaults from its own transport's name.
+    assert transport("rediss://127.0.0.1:6379/0", True) is None
 
 
 def test_a_bad_setting_is_refused_with_its_name() -> None:

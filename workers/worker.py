@@ -222,5 +222,5 @@ def _fast_path_report(
     if reason is None:
         _log.info("fast path: this worker consumes the envelopes admission pushes")
         return None
-    fast_path.log_fallback(reason)
+    fast_path.log_fallback(reason, worker=True)
     return functools.partial(admission.turn_fast_path_off, reason)

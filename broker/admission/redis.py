@@ -300,8 +300,12 @@ class RedisAdmission:
         return None if reason is None else str(reason)
 
     def turn_fast_path_off(self, reason: str, ttl_ms: int) -> None:
-        """Until `ttl_ms` from now: no envelopes are pushed, clients build none."""
-        self._redis.set(FAST_PATH_OFF_KEY, reason, px=ttl_ms)
+        """Until `ttl_ms` from now: no envelopes are pushed, clients build none.
+
+        Retried across an outage like every heartbeat (a worker refreshes it
+        at each): past the limit, BrokerUnavailable stops the worker.
+        """
+        self.retrying(lambda: self._redis.set(FAST_PATH_OFF_KEY, reason, px=ttl_ms))
 
     def close(self) -> None:
         self._redis.close()
