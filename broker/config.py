@@ -88,6 +88,11 @@ DEFAULT_BROKER_OUTAGE_SECONDS = 300.0
 _REDIS_SCHEMES = frozenset({"redis", "rediss", "unix", "sentinel"})
 
 
+def is_plain_redis(url: str | None) -> bool:
+    """True for a `redis://` URL: not `rediss://`, `unix://` or `sentinel://`."""
+    return bool(url) and str(url).split("://", 1)[0].lower() == "redis"
+
+
 def is_sentinel(url: str) -> bool:
     """True for Celery's `sentinel://host:port;sentinel://host:port` form."""
     return urlsplit(url.split(";", 1)[0]).scheme == "sentinel"

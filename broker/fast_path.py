@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from broker.admission.keys import ADMISSION_TAG_PREFIX
-from broker.config import ENV_FAST_PATH, Settings
+from broker.config import ENV_FAST_PATH, Settings, is_plain_redis
 from broker.queues import KINDS, Kind
 
 if TYPE_CHECKING:
@@ -111,8 +111,7 @@ def transport_reason(settings: Settings) -> str | None:
     """Why `broker.transport.RedisTransport` must not be used here, or None if it may."""
     if not settings.fast_path:
         return f"{ENV_FAST_PATH}=off"
-    url = settings.broker_url or ""
-    if url.split("://", 1)[0].lower() != "redis":
+    if not is_plain_redis(settings.broker_url):
         return "the broker URL is not redis:// (kombu's own transport serves it)"
     kombu_version, _ = _versions()
     if release(kombu_version) not in KNOWN_TRANSPORT_KOMBU:

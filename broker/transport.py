@@ -47,7 +47,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
 from broker.admission.keys import ADMISSION_TAG_PREFIX
-from broker.config import Settings
+from broker.config import Settings, is_plain_redis
 from broker.fast_path import transport_reason
 
 _log = logging.getLogger(__name__)
@@ -164,8 +164,18 @@ class SafeQoS(kombu_redis.QoS):
         try:
             super().restore_unacked(client)  # type: ignore[no-untyped-call]
         except Exception as exc:
-            _log.warning("could not restore %d unacked messages: %r", len(self._delivered), exc)
-            self._delivered.clear()
+            self._restore_failed(exc)
+
+    def _restore_failed(self, exc: BaseException) -> None:
+        # Called at the channel's close, also after the broker went away
+        # (Celery's consumer closes it on a lost connection; its pool is gone,
+        # kombu raises AttributeError or a connection error); raised from here it
+        # ended the worker ("Unrecoverable error"). Nothing is lost by not
+        # restoring: admission's lease dispatches its calls again, and
+        # kombu's own messages keep their unacked copy in Redis until the
+        # visibility timeout.
+        _log.warning("could not restore %d unacked messages: %r", len(self._delivered), exc)
+        self._delivered.clear()
 
 
 class AdmissionQoS(SafeQoS):
@@ -200,14 +210,7 @@ class AdmissionQoS(SafeQoS):
                     else:
                         self.restore_by_tag(tag, client=conn)  # type: ignore[no-untyped-call]
         except Exception as exc:
-            # Called when the channel closes, also after the broker went away
-            # (Celery's consumer closes it on a lost connection; its pool is
-            # gone, kombu raises AttributeError or a connection error). An
-            # exception here ended the worker ("Unrecoverable error"). Nothing
-            # is lost by not restoring: admission's lease dispatches its calls
-            # again, and kombu's own messages keep their unacked copy in Redis
-            # until the visibility timeout.
-            _log.warning("could not restore %d unacked messages: %r", len(self._delivered), exc)
+            self._restore_failed(exc)
         self._delivered.clear()
 
 
@@ -323,5 +326,4 @@ def transport_for(settings: Settings) -> str | None:
     """
     if transport_reason(settings) is None:
         return TRANSPORT
-    scheme = (settings.broker_url or "").split("://", 1)[0].lower()
-    return SAFE_TRANSPORT if scheme == "redis" else None
+    return SAFE_TRANSPORT if is_plain_redis(settings.broker_url) else None
