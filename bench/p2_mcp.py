@@ -97,30 +97,34 @@ def run(ctx: Context) -> list[Row]:
     turn = f"bench-mcp-{uuid.uuid4().hex}"
     http_client = create_mcp_http_client(headers={"Authorization": f"Bearer {_TOKEN}"})
     try:
-        with (
-            start_blocking_portal() as portal,
-            portal.wrap_async_context_manager(
-                Client(streamable_http_client(url, http_client=http_client))
-            ) as sdk,
-        ):
+        with start_blocking_portal() as portal:
+            try:
+                with portal.wrap_async_context_manager(
+                    Client(streamable_http_client(url, http_client=http_client))
+                ) as sdk:
 
-            def via_minimal() -> None:
-                result = minimal.call_tool(TOOL_PING, {})
-                if result.get("isError") is not False:
-                    raise WrongResult(f"MCP call failed: {result!r}")
+                    def via_minimal() -> None:
+                        result = minimal.call_tool(TOOL_PING, {})
+                        if result.get("isError") is not False:
+                            raise WrongResult(f"MCP call failed: {result!r}")
 
-            def via_sdk() -> None:
-                result = portal.call(sdk.call_tool, TOOL_PING, {})
-                if result.is_error:
-                    raise WrongResult(f"MCP call failed: {result.content!r}")
+                    def via_sdk() -> None:
+                        result = portal.call(sdk.call_tool, TOOL_PING, {})
+                        if result.is_error:
+                            raise WrongResult(f"MCP call failed: {result.content!r}")
 
-            contenders: dict[str, Callable[[], object]] = {
-                "ours_service": lambda: ours.call(agent, TOOL_PING, {}, _TIMEOUT, turn=turn),
-                "ours_mcp": via_minimal,
-                "ours_mcp_sdk": via_sdk,
-            }
-            turns_run = in_turns(contenders, iterations=iterations, warmup=warmup)
-            portal.call(http_client.aclose)  # a client given to the transport is ours to close
+                    contenders: dict[str, Callable[[], object]] = {
+                        "ours_service": lambda: ours.call(
+                            agent, TOOL_PING, {}, _TIMEOUT, turn=turn
+                        ),
+                        "ours_mcp": via_minimal,
+                        "ours_mcp_sdk": via_sdk,
+                    }
+                    turns_run = in_turns(contenders, iterations=iterations, warmup=warmup)
+            finally:
+                # A client given to the transport is ours to close: after the SDK's
+                # client has ended its session with it (DELETE).
+                portal.call(http_client.aclose)
     finally:
         minimal.close()
         ours.client.end_turn(turn)

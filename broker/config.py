@@ -53,6 +53,7 @@ __all__ = [
     "Settings",
     "TaskEvents",
     "hide_password",
+    "is_plain_redis",
     "is_sentinel",
 ]
 
