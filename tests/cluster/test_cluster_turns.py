@@ -27,7 +27,7 @@ from broker.queues import home_lane
 from workers.output import WORKSPACE_LOST_TEXT
 from workers.preflight import host_id_from_environ
 
-from .conftest import REPO, Cluster
+from .conftest import REPO, Cluster, files_named
 
 pytestmark = [
     pytest.mark.cluster,
@@ -162,7 +162,7 @@ def test_a_symlink_a_tool_left_is_never_followed_by_files(three: Cluster) -> Non
     files.put("marker", b"here")
     host = home_host(three, "box-t", turn)
     # The link a tool would leave (a tool may make links in its workspace).
-    [folder] = [p.parent for p in root_of_host(three, host).rglob("marker")]
+    [folder] = [p.parent for p in files_named(root_of_host(three, host), "marker")]
     (folder / "etc").symlink_to("/etc")
     with pytest.raises(WorkspaceError, match="symbolic link"):
         files.get("etc/passwd")
@@ -184,7 +184,7 @@ def test_end_turn_removes_the_workspace_on_its_home_host(three: Cluster) -> None
         client.call("box-t", "ws", {"write": {"keep": "1"}}, owner="web/a", turn=turn, timeout=60)
     )
     host = home_host(three, "box-t", turn)
-    [folder] = [p.parent for p in root_of_host(three, host).rglob("keep")]
+    [folder] = [p.parent for p in files_named(root_of_host(three, host), "keep")]
     client.end_turn(turn)
     deadline = time.monotonic() + 5
     while folder.exists() and time.monotonic() < deadline:
@@ -323,7 +323,7 @@ def test_a_warm_shutdown_finishes_its_calls_then_the_turn_moves_with_the_note(
         "box-k", "ws", {"write": {"a.txt": "1"}, "sleep": 1.5}, owner="web/a", turn=turn
     )
     deadline = time.monotonic() + 60
-    while not list(two.root_of("k3").rglob("a.txt")):
+    while not files_named(two.root_of("k3"), "a.txt"):
         assert time.monotonic() < deadline, "the call never started on k3"
         time.sleep(0.05)
     two.kill(proc, signal.SIGTERM)

@@ -1,0 +1,300 @@
+/*
+ * The sandbox's command prefix as a static executable: no libc, no dynamic
+ * loader, nothing read from the sandbox's filesystem. It does what the Perl
+ * prefix (landlock.py) does, in the same order and with the same texts:
+ *
+ *   1. with --vessel-landlock-report first: a datagram socketpair end made
+ *      unconnected and bound to an abstract name, before the domain;
+ *   2. the Landlock ruleset, best effort per ABI: MAKE_SOCK handled and granted
+ *      nowhere (ABI 2+, REFER granted beneath /), the abstract-socket scope
+ *      (ABI 6+);
+ *   3. in report mode, one line saying what was applied and what was seen
+ *      refused (a socketpair end bound to a path in $TMPDIR, a datagram sent
+ *      to the name of step 1);
+ *   4. PWD and PERL_SKIP_LOCALE_INIT out of the environment;
+ *   5. execve of the tool's command, searched in $PATH when it has no '/';
+ *      "cannot run 'X': <reason>" and exit 127 (not found) or 126 otherwise.
+ *
+ * Why not perl: its start costs ~2 ms of CPU a call, this one ~0.1 ms
+ * (bench/prefix_cost.py, which builds this with cc -static -nostdlib, checks
+ * it inside bwrap against the Perl prefix and times both). A candidate: the
+ * runner does not use it yet (bench/README.md, issue 20). x86_64 and aarch64.
+ */
+
+typedef unsigned long u64;
+
+#if defined(__x86_64__)
+#define SYS_read 0
+#define SYS_write 1
+#define SYS_close 3
+#define SYS_unlink 87
+#define SYS_openat 257
+#define SYS_execve 59
+#define SYS_exit 60
+#define SYS_socketpair 53
+#define SYS_connect 42
+#define SYS_bind 49
+#define SYS_sendto 44
+#define SYS_getpid 39
+static long sys6(long n, long a, long b, long c, long d, long e, long f) {
+  long r;
+  register long r10 __asm__("r10") = d;
+  register long r8 __asm__("r8") = e;
+  register long r9 __asm__("r9") = f;
+  __asm__ volatile("syscall"
+                   : "=a"(r)
+                   : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                   : "rcx", "r11", "memory");
+  return r;
+}
+__asm__(".text\n.global _start\n_start:\n xor %rbp, %rbp\n mov %rsp, %rdi\n"
+        " and $-16, %rsp\n call start_c\n hlt\n");
+#elif defined(__aarch64__)
+#define SYS_write 64
+#define SYS_close 57
+#define SYS_openat 56
+#define SYS_unlinkat 35
+#define SYS_execve 221
+#define SYS_exit 93
+#define SYS_socketpair 199
+#define SYS_connect 203
+#define SYS_bind 200
+#define SYS_sendto 206
+#define SYS_getpid 172
+static long sys6(long n, long a, long b, long c, long d, long e, long f) {
+  register long x8 __asm__("x8") = n;
+  register long x0 __asm__("x0") = a;
+  register long x1 __asm__("x1") = b;
+  register long x2 __asm__("x2") = c;
+  register long x3 __asm__("x3") = d;
+  register long x4 __asm__("x4") = e;
+  register long x5 __asm__("x5") = f;
+  __asm__ volatile("svc 0"
+                   : "+r"(x0)
+                   : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+                   : "memory");
+  return x0;
+}
+__asm__(".text\n.global _start\n_start:\n mov x0, sp\n bl start_c\n");
+#else
+#error "landlock_exec.c: x86_64 or aarch64 only (the Perl prefix serves the others)"
+#endif
+
+/* The same numbers on every architecture (one table for new system calls). */
+#define SYS_landlock_create_ruleset 444
+#define SYS_landlock_add_rule 445
+#define SYS_landlock_restrict_self 446
+
+#define MAKE_SOCK (1UL << 9)
+#define REFER (1UL << 13)
+#define SCOPE_ABSTRACT_UNIX_SOCKET 1UL
+#define ABI_REFER 2
+#define ABI_SCOPE 6
+#define AT_FDCWD (-100)
+#define O_PATH_CLOEXEC (010000000 | 02000000)
+#define AF_UNIX 1
+#define SOCK_DGRAM_CLOEXEC (2 | 02000000)
+
+#define sys(n, a, b, c) sys6((n), (long)(a), (long)(b), (long)(c), 0, 0, 0)
+
+struct ruleset_attr {
+  u64 handled_access_fs, handled_access_net, scoped;
+};
+struct __attribute__((packed)) path_beneath {
+  u64 allowed_access;
+  int parent_fd;
+};
+struct sockaddr_un {
+  unsigned short family;
+  char path[108];
+};
+
+static const char REPORT_FLAG[] = "--vessel-landlock-report";
+
+static long len(const char *s) {
+  long n = 0;
+  while (s[n]) n++;
+  return n;
+}
+static int same(const char *a, const char *b) {
+  while (*a && *a == *b) a++, b++;
+  return *a == *b;
+}
+static int starts(const char *s, const char *p) {
+  while (*p)
+    if (*s++ != *p++) return 0;
+  return 1;
+}
+static void put(char *buf, long *at, long cap, const char *s) {
+  while (*s && *at < cap - 1) buf[(*at)++] = *s++;
+}
+static void put_num(char *buf, long *at, long cap, long v) {
+  char digits[24];
+  int n = 0;
+  unsigned long u = v < 0 ? -(unsigned long)v : (unsigned long)v;
+  if (v < 0) put(buf, at, cap, "-");
+  do digits[n++] = (char)('0' + u % 10); while ((u /= 10) && n < 23);
+  while (n && *at < cap - 1) buf[(*at)++] = digits[--n];
+}
+static void write_all(int fd, const char *s, long n) {
+  while (n > 0) {
+    long w = sys(SYS_write, fd, s, n);
+    if (w <= 0) return;
+    s += w, n -= w;
+  }
+}
+static const char *getenv_in(char **envp, const char *name_eq) {
+  for (char **e = envp; *e; e++)
+    if (starts(*e, name_eq)) return *e + len(name_eq);
+  return 0;
+}
+
+/* Returns what was applied: bit 0 the filesystem rule, bit 1 the scope. */
+static int apply_landlock(long abi) {
+  if (abi < ABI_REFER) return 0;
+  u64 scope = abi >= ABI_SCOPE ? SCOPE_ABSTRACT_UNIX_SOCKET : 0;
+  struct ruleset_attr attr = {MAKE_SOCK | REFER, 0, scope};
+  long fd = sys(SYS_landlock_create_ruleset, &attr, scope ? 24 : 8, 0);
+  if (fd < 0) return 0;
+  int applied = 0;
+  long root = sys6(SYS_openat, AT_FDCWD, (long)"/", O_PATH_CLOEXEC, 0, 0, 0);
+  if (root >= 0) {
+    struct path_beneath rule = {REFER, (int)root};
+    if (sys6(SYS_landlock_add_rule, fd, 1, (long)&rule, 0, 0, 0) == 0 &&
+        sys(SYS_landlock_restrict_self, fd, 0, 0) == 0)
+      applied = scope ? 3 : 1;
+    sys(SYS_close, root, 0, 0);
+  }
+  sys(SYS_close, fd, 0, 0);
+  return applied;
+}
+
+static long unlink_path(const char *path) {
+#ifdef SYS_unlink
+  return sys(SYS_unlink, path, 0, 0);
+#else
+  return sys6(SYS_unlinkat, AT_FDCWD, (long)path, 0, 0, 0, 0);
+#endif
+}
+
+static void report(char **envp, long abi, int applied, int outside, struct sockaddr_un *name,
+                   long name_len) {
+  const char *tmp = getenv_in(envp, "TMPDIR=");
+  struct sockaddr_un at = {AF_UNIX, {0}};
+  long n = 0;
+  put(at.path, &n, sizeof at.path, tmp && *tmp ? tmp : "/tmp");
+  put(at.path, &n, sizeof at.path, "/.vessel-landlock-");
+  put_num(at.path, &n, sizeof at.path, sys(SYS_getpid, 0, 0, 0));
+  int pair[2];
+  long refused_file = 1, refused_send = -1;
+  if (sys6(SYS_socketpair, AF_UNIX, SOCK_DGRAM_CLOEXEC, 0, (long)pair, 0, 0) == 0) {
+    refused_file = sys(SYS_bind, pair[0], &at, 2 + n + 1) == 0 ? 0 : 1;
+    if (!refused_file) unlink_path(at.path);
+    if (outside) refused_send = sys6(SYS_sendto, pair[0], (long)"x", 1, 0, (long)name, name_len) < 0;
+  }
+  char line[256];
+  long k = 0;
+  put(line, &k, sizeof line, "vessel-landlock: abi=");
+  put_num(line, &k, sizeof line, abi);
+  put(line, &k, sizeof line, applied & 1 ? " make_sock=1" : " make_sock=0");
+  put(line, &k, sizeof line, applied & 2 ? " scope_abstract=1" : " scope_abstract=0");
+  put(line, &k, sizeof line, refused_file ? " socket_file_refused=1" : " socket_file_refused=0");
+  put(line, &k, sizeof line, " abstract_send_refused=");
+  put_num(line, &k, sizeof line, refused_send);
+  put(line, &k, sizeof line, "\n");
+  write_all(1, line, k);
+}
+
+static const char *reason(long err) {
+  switch (err) {
+    case 2: return "No such file or directory";
+    case 13: return "Permission denied";
+    case 8: return "Exec format error";
+    case 20: return "Not a directory";
+    case 40: return "Too many levels of symbolic links";
+    case 7: return "Argument list too long";
+    case 36: return "File name too long";
+    case 12: return "Cannot allocate memory";
+    case 26: return "Text file busy";
+    default: return "cannot execute";
+  }
+}
+
+static void cannot_run(const char *cmd, long err) {
+  char msg[4200];
+  long k = 0;
+  put(msg, &k, sizeof msg, "cannot run '");
+  put(msg, &k, sizeof msg, cmd);
+  put(msg, &k, sizeof msg, "': ");
+  put(msg, &k, sizeof msg, reason(err));
+  put(msg, &k, sizeof msg, "\n");
+  write_all(2, msg, k);
+  sys(SYS_exit, err == 2 ? 127 : 126, 0, 0);
+}
+
+/* execvp's search: each $PATH entry in turn; ENOENT/ENOTDIR go on, EACCES is
+ * remembered (reported if nothing runs), anything else stops the search. */
+static void exec_search(char **argv, char **envp) {
+  const char *cmd = argv[0];
+  if (!*cmd) cannot_run(cmd, 2);
+  for (const char *c = cmd; *c; c++)
+    if (*c == '/') cannot_run(cmd, -sys(SYS_execve, cmd, argv, envp));
+  const char *path = getenv_in(envp, "PATH=");
+  if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+  long cmd_len = len(cmd), err = 2;
+  int denied = 0;
+  char buf[4096];
+  for (;;) {
+    long n = 0;
+    while (path[n] && path[n] != ':') n++;
+    if (n + 2 + cmd_len <= (long)sizeof buf) {
+      long k = 0;
+      for (; k < n; k++) buf[k] = path[k];
+      if (n == 0) buf[k++] = '.';
+      buf[k++] = '/';
+      for (long j = 0; j <= cmd_len; j++) buf[k + j] = cmd[j];
+      long e = -sys(SYS_execve, buf, argv, envp);
+      if (e == 13) denied = 1;
+      else if (e != 2 && e != 20) {
+        err = e;
+        break;
+      }
+    }
+    if (!path[n]) break;
+    path += n + 1;
+  }
+  cannot_run(cmd, denied && err == 2 ? 13 : err);
+}
+
+__attribute__((used)) void start_c(long *sp) {
+  long argc = sp[0];
+  char **argv = (char **)(sp + 1);
+  char **envp = argv + argc + 1;
+  argv++, argc--;
+  if (argc < 1) cannot_run("", 2);
+  int reporting = same(argv[0], REPORT_FLAG);
+  if (reporting) argv++, argc--;
+  if (argc < 1) cannot_run("", 2);
+
+  long abi = sys(SYS_landlock_create_ruleset, 0, 0, 1);
+  struct sockaddr_un name = {AF_UNIX, {0}};
+  long name_len = 0;
+  int outside = 0, pair[2];
+  if (reporting && sys6(SYS_socketpair, AF_UNIX, SOCK_DGRAM_CLOEXEC, 0, (long)pair, 0, 0) == 0) {
+    long n = 1; /* path[0] = 0: an abstract name */
+    put(name.path, &n, sizeof name.path, "vessel-landlock-");
+    put_num(name.path, &n, sizeof name.path, sys(SYS_getpid, 0, 0, 0));
+    name_len = 2 + n;
+    struct sockaddr_un unspec = {0, {0}};
+    outside = sys(SYS_connect, pair[0], &unspec, 2) == 0 &&
+              sys(SYS_bind, pair[0], &name, name_len) == 0;
+  }
+  int applied = apply_landlock(abi);
+  if (reporting) report(envp, abi, applied, outside, &name, name_len);
+
+  char **kept = envp;
+  for (char **e = envp; *e; e++)
+    if (!starts(*e, "PWD=") && !starts(*e, "PERL_SKIP_LOCALE_INIT=")) *kept++ = *e;
+  *kept = 0;
+  exec_search(argv, envp);
+}
