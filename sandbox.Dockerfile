@@ -46,6 +46,18 @@
 # worker checks confinement at start and refuses to start, with a message, when
 # any of this is missing.
 
+# The static Landlock prefix every sandbox call starts with (workers/sandbox/
+# command_prefix.py; without it, calls start Perl: ~1.6 ms more each). Compiled
+# in a stage of its own, so the image carries no compiler. It needs no headers
+# and no libc: gcc alone.
+FROM python:3.11-slim-bookworm AS landlock-prefix
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /build
+COPY workers ./workers
+RUN python -m workers.sandbox.command_prefix /out/landlock-exec
+
 FROM python:3.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -75,6 +87,8 @@ RUN python -m venv /opt/vessel \
     && /opt/vessel/bin/pip install /build \
     && rm -rf /build
 ENV PATH=/opt/vessel/bin:$PATH
+# Where the workers look for it: <the virtualenv>/libexec/vessel-workers/.
+COPY --from=landlock-prefix /out/landlock-exec /opt/vessel/libexec/vessel-workers/landlock-exec
 
 # The example deployment (compose.yaml mounts ./examples over it).
 COPY examples /srv

@@ -1,19 +1,20 @@
 """What the command a sandbox call starts with costs: the Perl Landlock prefix
-against a static executable doing the same (`bench/landlock_exec.c`), side by side.
+against the static one (`workers/sandbox/landlock_exec.c`), side by side.
 
     python bench/prefix_cost.py [--runs N]
 
-Builds the candidate with `cc` into a temp folder, checks it first (inside a real
-bwrap with the runner's namespaces: its Landlock report line equals the Perl
-prefix's, PWD is gone from the tool's environment, a missing command says what
-Perl says and exits 127), then times `/bin/true` started four ways, in turns:
+Builds the static prefix (`workers/sandbox/landlock_exec.c`) with `cc` into a
+temp folder, checks it first (inside a real bwrap with the runner's namespaces:
+its Landlock report line equals the Perl prefix's, PWD is gone from the tool's
+environment, a missing command says what Perl says and exits 127), then times
+`/bin/true` started four ways, in turns:
 alone, after `env -u PWD` (the seeded baseline's environment rule), after the
-Perl prefix, after the candidate; once spawned directly (the prefix's own cost,
-with the children's CPU), once inside raw bwrap (what a call sees; wall only). Medians and
-p99 in ms, ratios against `/bin/true` and against `env -u PWD`.
+Perl prefix, after the static one; once spawned directly (the prefix's own cost,
+with the children's CPU), once inside raw bwrap (what a call sees; wall only).
+Medians and p99 in ms, ratios against `/bin/true` and against `env -u PWD`.
 
-The candidate is not used by the runner yet (issue 20's notes in bench/README.md):
-this measures whether it is worth wiring in.
+The runner uses the static prefix where it is built (`command_prefix.py`); this
+measures what that saves, and checks both still agree.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,24 +35,12 @@ if str(_REPO) not in sys.path:
 
 from bench.baselines import raw_bwrap_argv  # noqa: E402
 from bench.stats import percentile  # noqa: E402
+from workers.sandbox import command_prefix  # noqa: E402
+from workers.sandbox.command_prefix import STATIC_MOUNT  # noqa: E402
 from workers.sandbox.landlock import COMMAND_PREFIX, PREFIX_ENV, REPORT_FLAG  # noqa: E402
 
-SOURCE = Path(__file__).resolve().parent / "landlock_exec.c"
-#: Where the candidate appears inside the bwrap of the checks and timings.
-MOUNT = "/.vessel/landlock-exec"
-_CFLAGS = (
-    "-Os",
-    "-static",
-    "-nostdlib",
-    "-ffreestanding",
-    "-fno-builtin",
-    "-fno-stack-protector",
-    "-fno-asynchronous-unwind-tables",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-Wl,--build-id=none",
-)
+#: Where the static prefix appears inside the bwrap of the checks and timings.
+MOUNT = STATIC_MOUNT
 
 
 class CheckFailed(RuntimeError):
@@ -60,17 +48,10 @@ class CheckFailed(RuntimeError):
 
 
 def build(folder: Path) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise SystemExit("prefix_cost: needs a C compiler (apt-get install -y gcc)")
-    out = folder / "landlock-exec"
-    done = subprocess.run(
-        [cc, *_CFLAGS, "-o", str(out), str(SOURCE)], check=False, capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"prefix_cost: {cc} failed:\n{done.stderr}")
-    out.chmod(0o755)
-    return out
+    try:
+        return command_prefix.build(folder / "landlock-exec")
+    except command_prefix.BuildFailed as exc:
+        raise SystemExit(f"prefix_cost: {exc}") from exc
 
 
 def _in_bwrap(binary: Path, command: list[str]) -> list[str]:
@@ -153,11 +134,11 @@ def main(argv: list[str] | None = None) -> int:
             "/bin/true": [],
             "env -u PWD": ["/usr/bin/env", "-u", "PWD", "--"],
             "perl prefix": list(COMMAND_PREFIX),
-            "static prefix (candidate)": [str(binary)],
+            "static prefix": [str(binary)],
         }
         print(f"\nspawned directly, {args.runs} runs each, in turns")
         _timed({name: [*p, *true] for name, p in prefixes.items()}, env, args.runs, cpu_shown=True)
-        inside = {**prefixes, "static prefix (candidate)": [MOUNT]}
+        inside = {**prefixes, "static prefix": [MOUNT]}
         print(f"\ninside raw bwrap (the runner's namespaces), {args.runs} runs each, in turns")
         _timed(
             {name: _in_bwrap(binary, [*p, *true]) for name, p in inside.items()},

@@ -8,6 +8,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import PurePosixPath
 
@@ -45,9 +46,45 @@ def _env(instructions: list[Instruction]) -> dict[str, str]:
     return env
 
 
+def _final_stage(instructions: list[Instruction]) -> list[Instruction]:
+    """The instructions of the image's last stage (the one that ships)."""
+    last = max(i for i, ins in enumerate(instructions) if ins.keyword == "FROM")
+    return instructions[last:]
+
+
 def test_base_image_is_debian_12_python_311(instructions: list[Instruction]) -> None:
-    (base,) = _all(instructions, "FROM")
-    assert base.arguments == "python:3.11-slim-bookworm"
+    stages = _all(instructions, "FROM")
+    assert stages[-1].arguments == "python:3.11-slim-bookworm"
+    # The build stages are the same Debian 12, so what they compile runs in the image.
+    for stage in stages[:-1]:
+        assert stage.arguments.split()[0] == "python:3.11-slim-bookworm"
+
+
+def test_the_static_landlock_prefix_is_built_and_put_where_workers_look(
+    instructions: list[Instruction],
+) -> None:
+    from workers.sandbox import command_prefix
+
+    stages = _all(instructions, "FROM")
+    name = stages[0].arguments.split()[-1]
+    built = [
+        i for i in _all(instructions, "RUN") if "workers.sandbox.command_prefix" in i.arguments
+    ]
+    assert len(built) == 1
+    out = shlex.split(built[0].arguments)[-1]
+    copied = [i for i in _all(instructions, "COPY") if f"--from={name}" in i.arguments]
+    assert len(copied) == 1
+    source, target = shlex.split(copied[0].arguments)[-2:]
+    assert source == out
+    # The final stage's virtualenv is sys.prefix there: command_prefix.default_path()'s place.
+    venv = PurePosixPath(_env(instructions)["PATH"].split(":")[0]).parent
+    relative = command_prefix.default_path().relative_to(sys.prefix)
+    assert PurePosixPath(target) == venv / relative.as_posix()
+    # The image itself installs no compiler.
+    final_installs = [
+        i for i in _all(_final_stage(instructions), "RUN") if "apt-get install" in i.arguments
+    ]
+    assert all("gcc" not in i.arguments for i in final_installs)
 
 
 def test_every_copied_file_exists(instructions: list[Instruction]) -> None:
@@ -74,7 +111,8 @@ def test_apt_packages_come_from_the_one_list(instructions: list[Instruction]) ->
     copied = [i for i in _all(instructions, "COPY") if list_path in _copy_sources(i)]
     assert copied, f"the Dockerfile does not copy {list_path}"
     target = shlex.split(copied[0].arguments)[-1]
-    installs = [i for i in _all(instructions, "RUN") if "apt-get install" in i.arguments]
+    final = _final_stage(instructions)
+    installs = [i for i in _all(final, "RUN") if "apt-get install" in i.arguments]
     assert len(installs) == 1, "install the packages in one place"
     run = installs[0].arguments
     assert target in run and "--no-install-recommends" in run and "apt-get update" in run

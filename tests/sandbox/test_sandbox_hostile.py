@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from broker.errors import ConfinementUnavailable
-from workers.sandbox import cgroup, landlock, probe
+from workers.sandbox import cgroup, command_prefix, landlock, probe
 from workers.sandbox import runner as runner_module
 from workers.sandbox.cgroup import CgroupSettings
 from workers.sandbox.runner import SandboxRunner
@@ -1112,20 +1112,106 @@ def test_prefix_execs_the_tool_exit_codes_and_signals_as_before(sandbox: Sandbox
     )
 
 
-def test_prefix_missing_is_a_sandbox_error_and_the_probe_refuses(
+def test_perl_prefix_missing_is_a_sandbox_error_and_the_probe_refuses(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gone = ("/usr/bin/perl-vessel-missing", *landlock.COMMAND_PREFIX[1:])
-    monkeypatch.setattr(runner_module, "COMMAND_PREFIX", gone)
+    monkeypatch.setattr(landlock, "COMMAND_PREFIX", gone)
+    monkeypatch.setenv(command_prefix.ENV_LANDLOCK_EXEC, "perl")
     sandbox.runner.close()
     sandbox.runner = runner_module.SandboxRunner(WorkspaceStore(sandbox.root / "ws2"))
     result = sandbox.call(shell="echo ran")
     assert result.outcome == "error" and result.output.startswith(
         "[sandbox error: /usr/bin/perl-vessel-missing not found"
     )
+    assert "install perl-base" in result.output
     monkeypatch.setattr(probe, "_confirmed", set())
     with pytest.raises(ConfinementUnavailable, match="perl-vessel-missing not found"):
         probe.check_confinement()
+
+
+def test_static_prefix_removed_after_start_is_a_sandbox_error(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built = command_prefix.build(sandbox.root / "bin" / "landlock-exec")
+    (sandbox.root / "bin").chmod(0o755)
+    monkeypatch.setenv(command_prefix.ENV_LANDLOCK_EXEC, str(built))
+    sandbox.runner.close()
+    sandbox.runner = runner_module.SandboxRunner(WorkspaceStore(sandbox.root / "ws2"))
+    assert sandbox.runner.prefix.binary == built.resolve()
+    assert sandbox.call(shell="echo ran").output == "ran\n"
+    built.unlink()
+    result = sandbox.call(shell="echo ran")
+    assert result.outcome == "error", result.output
+    assert result.output == (
+        f"[sandbox error: {command_prefix.STATIC_MOUNT} not found: every call starts with it "
+        "(it applies the Landlock ruleset, then runs the tool); rebuild it: "
+        "python -m workers.sandbox.command_prefix]"
+    )
+    assert str(sandbox.root) not in result.output
+
+
+def test_a_landlock_exec_setting_naming_no_executable_stops_the_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(command_prefix.ENV_LANDLOCK_EXEC, str(tmp_path / "nothing-here"))
+    monkeypatch.setattr(probe, "_confirmed", set())
+    with pytest.raises(
+        ConfinementUnavailable, match=r"VESSEL_LANDLOCK_EXEC=.*nothing-here: not an executable file"
+    ):
+        probe.check_confinement()
+
+
+def test_calls_start_with_the_static_prefix_where_it_is_built(sandbox: Sandbox) -> None:
+    # scripts/setup.sh builds it into the virtualenv: this suite runs on it (and
+    # scripts/test-range runs the hostile suite once more on the Perl prefix).
+    if os.environ.get(command_prefix.ENV_LANDLOCK_EXEC):
+        pytest.skip(f"{command_prefix.ENV_LANDLOCK_EXEC} is set: this run chose its prefix")
+    if not command_prefix.default_path().is_file():
+        pytest.fail(
+            f"{command_prefix.default_path()} is not built: run bash scripts/setup.sh "
+            "(the suite is meant to run on the static prefix)"
+        )
+    assert sandbox.runner.prefix.argv == (command_prefix.STATIC_MOUNT,)
+    assert sandbox.runner.prefix.binary == command_prefix.default_path().resolve()
+
+
+@pytest.mark.parametrize("which", ["static", "perl"])
+def test_both_prefixes_leave_the_same_call(
+    which: str, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a tool sees does not depend on the prefix: the environment (five
+    # variables), the Landlock report, a missing command, exit codes.
+    if which == "static":
+        built = command_prefix.build(sandbox.root / "bin" / "landlock-exec")
+        (sandbox.root / "bin").chmod(0o755)
+        monkeypatch.setenv(command_prefix.ENV_LANDLOCK_EXEC, str(built))
+    else:
+        monkeypatch.setenv(command_prefix.ENV_LANDLOCK_EXEC, "perl")
+    sandbox.runner.close()
+    sandbox.runner = runner_module.SandboxRunner(WorkspaceStore(sandbox.root / "ws2"))
+    assert (sandbox.runner.prefix.binary is not None) == (which == "static")
+    env = sandbox.call(command=("/usr/bin/env",))
+    assert sorted(line.split("=", 1)[0] for line in env.output.splitlines()) == [
+        "HOME", "LANG", "PATH", "TMPDIR", "VESSEL_OUTBOX"
+    ]  # fmt: skip
+    report = sandbox.call(command=(landlock.REPORT_FLAG, "/bin/true"))
+    parsed = landlock.parse_report(report.output)
+    assert parsed is not None and parsed.problems() == [], report.output
+    missing = sandbox.call(command=("no-such-tool",))
+    assert (missing.output, missing.exit_code) == (
+        "cannot run 'no-such-tool': No such file or directory\n",
+        127,
+    )
+    dashed = sandbox.call(command=("-x",))
+    assert (dashed.output, dashed.exit_code) == (
+        "cannot run '-x': No such file or directory\n",
+        127,
+    )
+    code = sandbox.call(shell="exit 7")
+    assert code.exit_code == 7
+    cmdline = sandbox.call(shell="tr '\\0' ' ' < /proc/1/cmdline")
+    assert str(sandbox.root) not in cmdline.output
 
 
 @pytest.mark.parametrize(

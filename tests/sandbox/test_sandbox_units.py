@@ -21,8 +21,10 @@ from workers.sandbox import (
     call_results,
     call_spawn,
     cgroup,
+    command_prefix,
     etc_stage,
     folders,
+    landlock,
     launcher_children,
     launcher_client,
     launcher_placement,
@@ -38,6 +40,7 @@ from workers.sandbox import (
     slot_launcher,
 )
 from workers.sandbox import workspace as workspace_module
+from workers.sandbox.identity import SandboxIdentity
 from workers.sandbox.outbox import collect_outbox, ensure_mount_point, escaped_name, unsafe_name
 from workers.sandbox.runner import SandboxRunner, timed_out_text
 from workers.sandbox.workspace import WorkspaceStore, default_workspace_root
@@ -493,8 +496,12 @@ def test_bwrap_options_hide_the_host(tmp_path: Path) -> None:
         mounts={"/data": tmp_path / "data", "/data/inner": tmp_path / "inner"},
         workdir="/data",
         system_files=tmp_path / "etc",
+        prefix=command_prefix.perl_prefix(),
     )
     opts = bwrap.bwrap_options(layout, seccomp_fd=9)
+    # The Perl prefix's own variable is set for it; nothing is bound for it.
+    assert opts[opts.index("PERL_SKIP_LOCALE_INIT") + 1] == "1"
+    assert command_prefix.STATIC_MOUNT not in opts
     for needed in ("--unshare-all", "--die-with-parent", "--new-session", "--disable-userns"):
         assert needed in opts
     assert opts[opts.index("--cap-drop") + 1] == "ALL"
@@ -511,6 +518,61 @@ def test_bwrap_options_hide_the_host(tmp_path: Path) -> None:
     assert opts[-2:] == ["--seccomp", "9"]
 
 
+def test_the_static_prefix_is_bound_read_only_and_sets_no_perl_variable(tmp_path: Path) -> None:
+    binary = tmp_path / "landlock-exec"
+    layout = bwrap.Layout(
+        package_dir=tmp_path / "pkg",
+        workspace=tmp_path / "ws",
+        outbox=tmp_path / "box",
+        mounts={},
+        workdir="/tmp/vessel",
+        system_files=tmp_path / "etc",
+        prefix=command_prefix.CommandPrefix(
+            argv=(command_prefix.STATIC_MOUNT,), binary=binary, describe="test"
+        ),
+    )
+    opts = bwrap.bwrap_options(layout, seccomp_fd=9)
+    at = opts.index(command_prefix.STATIC_MOUNT)
+    assert opts[at - 2 : at] == ["--ro-bind", str(binary)]
+    assert "PERL_SKIP_LOCALE_INIT" not in opts
+    # Before the root is remounted read-only: the bind is part of the fixed shape.
+    assert at < opts.index("--remount-ro")
+
+
+def test_the_prefix_is_chosen_by_the_setting(tmp_path: Path) -> None:
+    identity = SandboxIdentity.for_worker()
+    assert command_prefix.choose(identity, {"VESSEL_LANDLOCK_EXEC": "perl"}).binary is None
+    built = command_prefix.build(tmp_path / "bin" / "landlock-exec")
+    (tmp_path / "bin").chmod(0o755)
+    chosen = command_prefix.choose(identity, {"VESSEL_LANDLOCK_EXEC": str(built)})
+    assert (chosen.argv, chosen.binary) == ((command_prefix.STATIC_MOUNT,), built.resolve())
+    with pytest.raises(ValueError, match=r"VESSEL_LANDLOCK_EXEC=.*nope: not an executable file"):
+        command_prefix.choose(identity, {"VESSEL_LANDLOCK_EXEC": str(tmp_path / "nope")})
+    (tmp_path / "plain").write_text("not a program")
+    with pytest.raises(ValueError, match="not an executable file"):
+        command_prefix.choose(identity, {"VESSEL_LANDLOCK_EXEC": str(tmp_path / "plain")})
+
+
+def test_a_root_workers_unreachable_static_prefix_falls_back_to_perl(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    identity = SandboxIdentity.for_worker()
+    if not identity.drop:
+        pytest.skip("a worker that is not root runs its calls as itself")
+    built = command_prefix.build(tmp_path / "closed" / "landlock-exec")
+    (tmp_path / "closed").chmod(0o700)
+    with caplog.at_level("WARNING"):
+        chosen = command_prefix.choose(identity, {"VESSEL_LANDLOCK_EXEC": str(built)})
+    assert chosen.binary is None and chosen.argv == landlock.COMMAND_PREFIX
+    assert "not reachable by the sandbox's uid" in caplog.text
+
+
+def test_building_without_a_compiler_says_so(tmp_path: Path) -> None:
+    with pytest.raises(command_prefix.BuildFailed, match="failed on"):
+        command_prefix.build(tmp_path / "x", cc="/bin/false")
+    assert list(tmp_path.iterdir()) == []  # no half-built file left
+
+
 def test_probe_passes_here() -> None:
     probe.check_confinement()
     probe.check_confinement()  # cached
@@ -522,6 +584,7 @@ def test_exported_names_exist() -> None:
         call_results,
         call_spawn,
         cgroup,
+        command_prefix,
         etc_stage,
         folders,
         launcher_children,

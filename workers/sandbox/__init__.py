@@ -8,7 +8,9 @@ files while a call runs), `identity` (the host uid calls run as: never 0),
 itself, with `launcher_protocol`, `launcher_placement` and `launcher_children`),
 `launcher_client` and `launcher_pool` (the worker's side of it), `outbox`,
 `workspace` and `folders` (the workspaces, and link-proof folder operations),
-`probe` (the start-up self-check), `etc_stage` (the staged /etc), `reachable`
+`probe` (the start-up self-check), `landlock` and `command_prefix` (the
+ruleset applied inside each call, and which prefix applies it: the static
+`landlock_exec.c` or Perl's), `etc_stage` (the staged /etc), `reachable`
 (a root worker's readability check), `call_spawn` (the two ways bwrap starts),
 `call_results` (a finished call's `ToolResult`) and `runner` (one call, end to end).
 """

@@ -15,6 +15,8 @@ Layout (everything read-only except the workspace):
                                the host's shadow, ssh keys, TLS private keys or
                                tokens. /etc/ssl/certs is the host's, bound read-only
                                over the stage's empty ssl/certs (kept current).
+    /.vessel/landlock-exec     the static Landlock prefix, read-only, when the worker
+                               has it (`command_prefix.py`; else /usr/bin/perl's)
     /proc                      a new procfs: the new pid namespace shows only the call
     /proc/sys, sysrq-trigger   read-only binds over it (sysctls are not a tool's to set;
                                the values shown are still the call's own namespaces')
@@ -45,6 +47,7 @@ from pathlib import Path, PurePosixPath
 
 from broker.constants import OUTBOX_PATH, PACKAGE_PATH, SANDBOX_HOME
 from workers.sandbox import landlock
+from workers.sandbox.command_prefix import STATIC_MOUNT, CommandPrefix
 
 __all__ = [
     "COMMAND_PREFIX",
@@ -222,6 +225,9 @@ class Layout:
     #: The staged /etc (`stage_etc`): allowed copies plus the synthetic passwd,
     #: group, hosts, hostname.
     system_files: Path
+    #: The command bwrap executes first (`command_prefix.py`): its file is bound
+    #: at `STATIC_MOUNT` when it is the static one.
+    prefix: CommandPrefix
 
 
 def _covered(path: str, roots: list[str]) -> bool:
@@ -230,7 +236,7 @@ def _covered(path: str, roots: list[str]) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _fixed_options(system_files: Path) -> tuple[str, ...]:
+def _fixed_options(system_files: Path, prefix: CommandPrefix) -> tuple[str, ...]:
     """The options that are the same for every call of this worker (cached)."""
     opts: list[str] = [
         # Namespaces: net, pid, ipc, uts, cgroup, user (explicit: --disable-userns needs it).
@@ -246,7 +252,7 @@ def _fixed_options(system_files: Path) -> tuple[str, ...]:
         "--clearenv",
     ]
     # The prefix's own variables too: it deletes them before it execs the tool.
-    for name, value in {**SANDBOX_ENV, **landlock.PREFIX_ENV}.items():
+    for name, value in {**SANDBOX_ENV, **prefix.env}.items():
         opts += ["--setenv", name, value]
 
     for top in _SYSTEM_TOP:
@@ -264,6 +270,8 @@ def _fixed_options(system_files: Path) -> tuple[str, ...]:
         if entry in bound:
             opts += ["--ro-bind", entry, f"{ETC_MOUNT}{entry[len('/etc') :]}"]
     opts += ["--symlink", ETC_MOUNT, "/etc"]
+    if prefix.binary is not None:
+        opts += ["--ro-bind", str(prefix.binary), STATIC_MOUNT]
 
     # No tmpfs at /tmp: the workspace is bound at /tmp/vessel on bwrap's own
     # root, which --remount-ro / makes read-only (a tmpfs there would only be
@@ -281,7 +289,7 @@ def _fixed_options(system_files: Path) -> tuple[str, ...]:
 
 def bwrap_options(layout: Layout, *, seccomp_fd: int) -> list[str]:
     """Every bwrap option of one call, in order (the command is not included)."""
-    opts = list(_fixed_options(layout.system_files))
+    opts = list(_fixed_options(layout.system_files, layout.prefix))
     opts += ["--bind", str(layout.workspace), SANDBOX_HOME]
     opts += ["--bind", str(layout.outbox), OUTBOX_PATH]
     opts += ["--ro-bind", str(layout.package_dir), PACKAGE_PATH]

@@ -9,7 +9,7 @@
   root worker's call drops to the sandbox uid through `setpriv`, then bwrap runs
   with the memfds at the numbers this process holds them (`process.run_process`).
 
-Either way bwrap executes the command prefix (`bwrap.COMMAND_PREFIX`: the
+Either way bwrap executes the command prefix (`command_prefix.py`: the
 Landlock ruleset, then the tool's command) with the tool's arguments as flags
 (`input: args`) or as one JSON line on stdin.
 """

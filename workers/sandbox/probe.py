@@ -110,7 +110,11 @@ def _check() -> None:
             grants={},
             max_concurrent_calls=1,
         )
-        runner = SandboxRunner(WorkspaceStore(root / "workspaces", identity=identity))
+        try:
+            runner = SandboxRunner(WorkspaceStore(root / "workspaces", identity=identity))
+        except ValueError as exc:  # VESSEL_LANDLOCK_EXEC names no executable
+            raise _fail(str(exc)) from exc
+        prefix = runner.prefix.describe
         try:
             result = runner.run(call_id="probe", agent=agent, tool=tool, arguments={}, turn="probe")
             try:
@@ -149,10 +153,12 @@ def _check() -> None:
     report = landlock.parse_report(out)
     if report is None:
         raise _fail(
-            f"the sandbox's Landlock prefix ({landlock.PERL}) printed no report; "
+            f"the sandbox's Landlock prefix, {prefix}, printed no report; "
             f"it said: {out.strip()[:500]}"
         )
     if problems := report.problems():
         raise _fail("; ".join(problems))
     all_held = report.make_sock and report.scope_abstract
-    (_log.info if all_held else _log.warning)("sandbox: Landlock: %s", report.describe())
+    (_log.info if all_held else _log.warning)(
+        "sandbox: Landlock: %s (applied by %s)", report.describe(), prefix
+    )

@@ -2,7 +2,8 @@
 
     slot launcher (in its slot's cgroups; the call's rlimits are its own)
         -> posix_spawn bwrap (namespaces, mounts, --args memfd, --seccomp memfd)
-        -> /usr/bin/perl -e <Landlock prefix> -- the tool's command (landlock.py)
+        -> the Landlock prefix (/.vessel/landlock-exec, static; or /usr/bin/perl -e:
+           command_prefix.py, landlock.py) -> exec the tool's command
 
 A call takes a launcher from this process's pool (`launcher_pool.py`; the pool grows
 to the number of calls at once) and gives it back after; the launcher's slot
@@ -66,7 +67,8 @@ from broker.constants import (
 )
 from broker.model import Agent, AgentSettings, DeclaredTool
 from broker.protocol import CANCELLED_TEXT, ToolResult
-from workers.sandbox.bwrap import COMMAND_PREFIX, Layout
+from workers.sandbox import command_prefix
+from workers.sandbox.bwrap import Layout
 from workers.sandbox.call_results import (
     cpu_limit_text,
     finished_result,
@@ -134,14 +136,18 @@ class SandboxRunner:
         #: Whose host uid every call runs as (never 0): the workspaces' owner.
         self.identity = workspaces.identity
         self._bwrap = shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
-        # The sandbox's /usr is the host's: the prefix bwrap executes is there or not.
-        self._prefix = COMMAND_PREFIX
-        self._prefix_ok = os.access(self._prefix[0], os.X_OK)
+        #: What bwrap executes first: the static Landlock prefix, or Perl's
+        #: (`command_prefix.py`; ValueError if VESSEL_LANDLOCK_EXEC names no executable).
+        self._prefix = command_prefix.choose(self.identity)
+        #: The host file of the prefix: the sandbox's /usr is the host's (Perl), or it
+        #: is bound (the static one). Looked at per call (~1 us): a file removed after
+        #: start-up is said so, not as bwrap's bind error.
+        self._prefix_file = str(self._prefix.binary or self._prefix.program)
         #: Starts each call's bwrap (None: no bwrap here, every call says so).
         self._spawner = (
             CallSpawner(
                 bwrap=self._bwrap,
-                prefix=self._prefix,
+                prefix=self._prefix.argv,
                 identity=self.identity,
                 # The direct path's drop for a root worker (util-linux, always on Debian).
                 setpriv=shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
@@ -209,6 +215,11 @@ class SandboxRunner:
         return self._cgroups.controllers
 
     @property
+    def prefix(self) -> command_prefix.CommandPrefix:
+        """The command every call starts with (the static Landlock prefix, or Perl's)."""
+        return self._prefix
+
+    @property
     def uses_launchers(self) -> bool:
         """True if calls go through slot launchers (False: the `/bin/sh` wrapper path)."""
         return self._launchers is not None
@@ -269,8 +280,8 @@ class SandboxRunner:
                 is_error=True, output=f"[sandbox unavailable: {missing}]", outcome="error"
             )
 
-        if not self._prefix_ok:
-            return result(is_error=True, output=self._prefix_missing_text(), outcome="error")
+        if not os.access(self._prefix_file, os.X_OK):
+            return result(is_error=True, output=self._prefix.missing_text(), outcome="error")
 
         timeout = tool.timeout_seconds or agent.settings.tool_timeout_seconds
         if self.identity.drop:
@@ -316,6 +327,7 @@ class SandboxRunner:
                 mounts=agent.mounts,
                 workdir=settings.workdir,
                 system_files=self._system_dir(),
+                prefix=self._prefix,
             )
             finished = spawner.run(
                 layout=layout,
@@ -360,15 +372,9 @@ class SandboxRunner:
             files={"files": outbox.files, "skipped_files": outbox.skipped},
             oom=oom,
             hard_cap_bytes=self.output_hard_cap_bytes,
-            prefix_program=self._prefix[0],
-            prefix_missing=self._prefix_missing_text(),
+            prefix_program=self._prefix.program,
+            prefix_missing=self._prefix.missing_text(),
             scrub=lambda text: scrub_host_paths(text, agent, workspace, slot, self.workspaces.root),
-        )
-
-    def _prefix_missing_text(self) -> str:
-        return (
-            f"[sandbox error: {self._prefix[0]} not found: every call starts with it "
-            "(it applies the Landlock ruleset, then runs the tool); install perl-base]"
         )
 
     def _take_launcher(

@@ -16,9 +16,10 @@
  *      "cannot run 'X': <reason>" and exit 127 (not found) or 126 otherwise.
  *
  * Why not perl: its start costs ~2 ms of CPU a call, this one ~0.1 ms
- * (bench/prefix_cost.py, which builds this with cc -static -nostdlib, checks
- * it inside bwrap against the Perl prefix and times both). A candidate: the
- * runner does not use it yet (bench/README.md, issue 20). x86_64 and aarch64.
+ * (bench/prefix_cost.py checks it inside bwrap against the Perl prefix and
+ * times both). Built by `python -m workers.sandbox.command_prefix` (cc -static
+ * -nostdlib); the runner binds it at /.vessel/landlock-exec when it is there.
+ * x86_64 and aarch64.
  */
 
 typedef unsigned long u64;
