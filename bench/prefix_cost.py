@@ -39,12 +39,9 @@ from workers.sandbox import command_prefix  # noqa: E402
 from workers.sandbox.command_prefix import STATIC_MOUNT  # noqa: E402
 from workers.sandbox.landlock import COMMAND_PREFIX, PREFIX_ENV, REPORT_FLAG  # noqa: E402
 
-#: Where the static prefix appears inside the bwrap of the checks and timings.
-MOUNT = STATIC_MOUNT
-
 
 class CheckFailed(RuntimeError):
-    """The candidate does not do what the Perl prefix does."""
+    """The static prefix does not do what the Perl prefix does."""
 
 
 def build(folder: Path) -> Path:
@@ -60,7 +57,7 @@ def _in_bwrap(binary: Path, command: list[str]) -> list[str]:
     env = [
         a for name, value in {"PWD": "/", **PREFIX_ENV}.items() for a in ("--setenv", name, value)
     ]
-    return [*argv[:at], "--ro-bind", str(binary), MOUNT, *env, *argv[at:]]
+    return [*argv[:at], "--ro-bind", str(binary), STATIC_MOUNT, *env, *argv[at:]]
 
 
 def check(binary: Path) -> None:
@@ -70,18 +67,18 @@ def check(binary: Path) -> None:
         )
 
     perl = run([*COMMAND_PREFIX, REPORT_FLAG, "/bin/true"]).stdout.strip()
-    ours = run([MOUNT, REPORT_FLAG, "/bin/true"]).stdout.strip()
+    ours = run([STATIC_MOUNT, REPORT_FLAG, "/bin/true"]).stdout.strip()
     if not perl.startswith("vessel-landlock:") or ours != perl:
-        raise CheckFailed(f"report lines differ: perl {perl!r}, candidate {ours!r}")
-    env = run([MOUNT, "/usr/bin/env"]).stdout.splitlines()
+        raise CheckFailed(f"report lines differ: perl {perl!r}, static {ours!r}")
+    env = run([STATIC_MOUNT, "/usr/bin/env"]).stdout.splitlines()
     if any(line.startswith(("PWD=", "PERL_SKIP_LOCALE_INIT=")) for line in env):
         raise CheckFailed(f"the tool's environment kept the prefix's variables: {env}")
     expected = run([*COMMAND_PREFIX, "no-such-tool"])
-    missing = run([MOUNT, "no-such-tool"])
+    missing = run([STATIC_MOUNT, "no-such-tool"])
     if (missing.stderr, missing.returncode) != (expected.stderr, expected.returncode):
         raise CheckFailed(
             f"missing command: perl {expected.stderr!r} {expected.returncode}, "
-            f"candidate {missing.stderr!r} {missing.returncode}"
+            f"static {missing.stderr!r} {missing.returncode}"
         )
     print(f"checks passed; report: {ours}")
 
@@ -138,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(f"\nspawned directly, {args.runs} runs each, in turns")
         _timed({name: [*p, *true] for name, p in prefixes.items()}, env, args.runs, cpu_shown=True)
-        inside = {**prefixes, "static prefix": [MOUNT]}
+        inside = {**prefixes, "static prefix": [STATIC_MOUNT]}
         print(f"\ninside raw bwrap (the runner's namespaces), {args.runs} runs each, in turns")
         _timed(
             {name: _in_bwrap(binary, [*p, *true]) for name, p in inside.items()},

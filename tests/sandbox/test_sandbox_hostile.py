@@ -1112,14 +1112,26 @@ def test_prefix_execs_the_tool_exit_codes_and_signals_as_before(sandbox: Sandbox
     )
 
 
+def _runner_on(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, setting: str) -> Path | None:
+    """Replace the sandbox's runner by one on a chosen prefix: `perl`, or `static` (built
+    now into the test's folder, named by VESSEL_LANDLOCK_EXEC); the static file's path."""
+    built = None
+    if setting == "static":
+        built = command_prefix.build(sandbox.root / "bin" / "landlock-exec")
+        (sandbox.root / "bin").chmod(0o755)  # the sandbox uid binds it from there
+        setting = str(built)
+    monkeypatch.setenv(command_prefix.ENV_LANDLOCK_EXEC, setting)
+    sandbox.runner.close()
+    sandbox.runner = runner_module.SandboxRunner(WorkspaceStore(sandbox.root / "ws2"))
+    return built
+
+
 def test_perl_prefix_missing_is_a_sandbox_error_and_the_probe_refuses(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gone = ("/usr/bin/perl-vessel-missing", *landlock.COMMAND_PREFIX[1:])
     monkeypatch.setattr(landlock, "COMMAND_PREFIX", gone)
-    monkeypatch.setenv(command_prefix.ENV_LANDLOCK_EXEC, "perl")
-    sandbox.runner.close()
-    sandbox.runner = runner_module.SandboxRunner(WorkspaceStore(sandbox.root / "ws2"))
+    _runner_on(sandbox, monkeypatch, "perl")
     result = sandbox.call(shell="echo ran")
     assert result.outcome == "error" and result.output.startswith(
         "[sandbox error: /usr/bin/perl-vessel-missing not found"
@@ -1133,12 +1145,8 @@ def test_perl_prefix_missing_is_a_sandbox_error_and_the_probe_refuses(
 def test_static_prefix_removed_after_start_is_a_sandbox_error(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    built = command_prefix.build(sandbox.root / "bin" / "landlock-exec")
-    (sandbox.root / "bin").chmod(0o755)
-    monkeypatch.setenv(command_prefix.ENV_LANDLOCK_EXEC, str(built))
-    sandbox.runner.close()
-    sandbox.runner = runner_module.SandboxRunner(WorkspaceStore(sandbox.root / "ws2"))
-    assert sandbox.runner.prefix.binary == built.resolve()
+    built = _runner_on(sandbox, monkeypatch, "static")
+    assert built is not None and sandbox.runner.prefix.binary == built.resolve()
     assert sandbox.call(shell="echo ran").output == "ran\n"
     built.unlink()
     result = sandbox.call(shell="echo ran")
@@ -1182,14 +1190,7 @@ def test_both_prefixes_leave_the_same_call(
 ) -> None:
     # What a tool sees does not depend on the prefix: the environment (five
     # variables), the Landlock report, a missing command, exit codes.
-    if which == "static":
-        built = command_prefix.build(sandbox.root / "bin" / "landlock-exec")
-        (sandbox.root / "bin").chmod(0o755)
-        monkeypatch.setenv(command_prefix.ENV_LANDLOCK_EXEC, str(built))
-    else:
-        monkeypatch.setenv(command_prefix.ENV_LANDLOCK_EXEC, "perl")
-    sandbox.runner.close()
-    sandbox.runner = runner_module.SandboxRunner(WorkspaceStore(sandbox.root / "ws2"))
+    _runner_on(sandbox, monkeypatch, which)
     assert (sandbox.runner.prefix.binary is not None) == (which == "static")
     env = sandbox.call(command=("/usr/bin/env",))
     assert sorted(line.split("=", 1)[0] for line in env.output.splitlines()) == [

@@ -46,11 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from broker.constants import OUTBOX_PATH, PACKAGE_PATH, SANDBOX_HOME
-from workers.sandbox import landlock
 from workers.sandbox.command_prefix import STATIC_MOUNT, CommandPrefix
 
 __all__ = [
-    "COMMAND_PREFIX",
     "ETC_ALLOWED",
     "ETC_MOUNT",
     "ETC_PARTS",
@@ -113,14 +111,6 @@ _ETC_BOUND = ("ssl/certs",)
 #: Where the staged /etc is mounted inside; /etc is a symlink to it. One bind
 #: instead of one per entry (each bind costs bwrap about 0.3 ms).
 ETC_MOUNT = "/.vessel/etc"
-
-#: Run inside the sandbox before the tool's command, after bwrap's setup (a
-#: Landlock domain forbids the mounts bwrap makes): applies the Landlock
-#: ruleset (no socket file anywhere, abstract unix sockets scoped to the call,
-#: as far as the kernel's Landlock ABI allows), deletes PWD (bwrap sets it after
-#: --chdir; seed 000's environment holds exactly five variables) and execs the
-#: tool's command. See `landlock.py`.
-COMMAND_PREFIX: tuple[str, ...] = landlock.COMMAND_PREFIX
 
 _SYSTEM_TOP = ("usr",)
 _SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -252,7 +242,7 @@ def _fixed_options(system_files: Path, prefix: CommandPrefix) -> tuple[str, ...]
         "--clearenv",
     ]
     # The prefix's own variables too: it deletes them before it execs the tool.
-    for name, value in {**SANDBOX_ENV, **prefix.env}.items():
+    for name, value in {**SANDBOX_ENV, **dict(prefix.env)}.items():
         opts += ["--setenv", name, value]
 
     for top in _SYSTEM_TOP:

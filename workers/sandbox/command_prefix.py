@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from workers.sandbox import landlock
@@ -45,6 +45,7 @@ __all__ = [
     "build",
     "choose",
     "default_path",
+    "main",
     "perl_prefix",
 ]
 
@@ -82,8 +83,9 @@ class CommandPrefix:
     argv: tuple[str, ...]
     #: The host file bound read-only at `argv[0]` (None: the sandbox's /usr has it).
     binary: Path | None = None
-    #: Set for the prefix alone (it deletes them before it execs the tool).
-    env: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
+    #: (name, value) set for the prefix alone (it deletes them before it execs the
+    #: tool). A tuple: the prefix keys bwrap's cached fixed options, env included.
+    env: tuple[tuple[str, str], ...] = ()
     #: For the start-up log and the errors that name it.
     describe: str = ""
 
@@ -91,6 +93,12 @@ class CommandPrefix:
     def program(self) -> str:
         """What bwrap execs (a path inside the sandbox)."""
         return self.argv[0]
+
+    @property
+    def host_file(self) -> str:
+        """The file on the host the call needs: the bound one, or /usr's (the sandbox's
+        /usr is the host's)."""
+        return str(self.binary or self.program)
 
     def missing_text(self) -> str:
         """A call's error when the prefix is gone: the tool never ran."""
@@ -109,7 +117,7 @@ def perl_prefix() -> CommandPrefix:
     """The Perl one-liner (`landlock.COMMAND_PREFIX`)."""
     return CommandPrefix(
         argv=landlock.COMMAND_PREFIX,
-        env=dict(landlock.PREFIX_ENV),
+        env=tuple(landlock.PREFIX_ENV.items()),
         describe=f"the Perl prefix ({landlock.PERL})",
     )
 

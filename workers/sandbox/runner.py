@@ -139,10 +139,6 @@ class SandboxRunner:
         #: What bwrap executes first: the static Landlock prefix, or Perl's
         #: (`command_prefix.py`; ValueError if VESSEL_LANDLOCK_EXEC names no executable).
         self._prefix = command_prefix.choose(self.identity)
-        #: The host file of the prefix: the sandbox's /usr is the host's (Perl), or it
-        #: is bound (the static one). Looked at per call (~1 us): a file removed after
-        #: start-up is said so, not as bwrap's bind error.
-        self._prefix_file = str(self._prefix.binary or self._prefix.program)
         #: Starts each call's bwrap (None: no bwrap here, every call says so).
         self._spawner = (
             CallSpawner(
@@ -280,7 +276,9 @@ class SandboxRunner:
                 is_error=True, output=f"[sandbox unavailable: {missing}]", outcome="error"
             )
 
-        if not os.access(self._prefix_file, os.X_OK):
+        # Per call (~1 us): a prefix removed after start-up is said so, not as
+        # bwrap's bind or exec error.
+        if not os.access(self._prefix.host_file, os.X_OK):
             return result(is_error=True, output=self._prefix.missing_text(), outcome="error")
 
         timeout = tool.timeout_seconds or agent.settings.tool_timeout_seconds
