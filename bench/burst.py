@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.memory import cpu_seconds, machine_busy_seconds
+from bench.memory import cpu_basis, cpu_seconds, machine_busy_seconds
 from bench.turns import MAX_ERRORS_KEPT
 
 __all__ = ["Burst", "BurstResult", "raw_burst", "run_bursts"]
@@ -35,6 +35,8 @@ class BurstResult:
     failures: int = 0
     #: CPU seconds spent during the burst, per watched process ("client": this one).
     cpu_seconds: dict[str, float] = field(default_factory=dict)
+    #: What each watched process's figure counts (`bench.memory.cpu_basis`).
+    cpu_basis: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +86,7 @@ class Burst:
             errors=errors,
             failures=failures,
             cpu_seconds={k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after},
+            cpu_basis={label: cpu_basis(pid) for label, pid in self.watch.items()},
         )
 
 
@@ -108,13 +111,16 @@ class BurstSeries:
     failures: int = 0
     calls: int = 0
     cpu_seconds: dict[str, float] = field(default_factory=dict)
+    cpu_basis: dict[str, str] = field(default_factory=dict)
 
     def cpu_ms_per_call(self) -> dict[str, float]:
         return {k: v / self.calls * 1000 for k, v in self.cpu_seconds.items()} if self.calls else {}
 
     def cpu_text(self) -> str:
         per_call = self.cpu_ms_per_call()
-        return ", ".join(f"{k} {v:.2f}" for k, v in per_call.items())
+        text = ", ".join(f"{k} {v:.2f}" for k, v in per_call.items())
+        worker = self.cpu_basis.get("worker")
+        return f"{text} (worker: {worker})" if worker else text
 
     def error_texts(self, name: str) -> list[str]:
         if not self.failures:
@@ -159,4 +165,5 @@ def run_bursts(
             got.calls += calls
             for label, seconds in outcome.cpu_seconds.items():
                 got.cpu_seconds[label] = got.cpu_seconds.get(label, 0.0) + seconds
+            got.cpu_basis |= outcome.cpu_basis
     return series, calls

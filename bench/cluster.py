@@ -22,6 +22,8 @@ from pathlib import Path
 from types import TracebackType
 
 from bench.baselines import RAW_BROKER_ENV, RAW_SERVICE_URL_ENV
+from bench.cpu_account import CpuAccount
+from bench.memory import count_cpu_in
 from bench.redis_server import RedisServerError, free_port, redis_server_argv, wait_until_answering
 
 __all__ = ["Cluster", "ClusterError", "Proc", "free_port"]
@@ -42,6 +44,8 @@ class Proc:
     popen: subprocess.Popen[bytes]
     log: Path
     argv: list[str] = field(default_factory=list)
+    #: The cgroup counting its CPU time and its descendants' (None: none made).
+    account: CpuAccount | None = None
 
     @property
     def pid(self) -> int:
@@ -87,11 +91,22 @@ class Cluster:
     ) -> None:
         self.close()
 
-    def _spawn(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> Proc:
+    def _spawn(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: dict[str, str] | None = None,
+        *,
+        counted: bool = False,
+    ) -> Proc:
+        """`counted`: in a cgroup of its own where one can be made, so that its CPU
+        time counts every process it starts (`bench.cpu_account`)."""
         log = self.folder / f"{name}.log"
+        account = CpuAccount.make(name) if counted else None
+        command = list(argv) if account is None else account.wrap(argv)
         with log.open("wb") as out:
             popen = subprocess.Popen(
-                list(argv),
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -101,7 +116,9 @@ class Cluster:
                 # pool children together without touching anything else.
                 start_new_session=True,
             )
-        proc = Proc(name=name, popen=popen, log=log, argv=list(argv))
+        proc = Proc(name=name, popen=popen, log=log, argv=list(argv), account=account)
+        if account is not None:
+            count_cpu_in(popen.pid, account)
         self._procs.append(proc)
         return proc
 
@@ -124,6 +141,9 @@ class Cluster:
             proc.popen.wait(5)
         if proc in self._procs:
             self._procs.remove(proc)
+        if proc.account is not None:
+            count_cpu_in(proc.pid, None)
+            proc.account.remove()
 
     def close(self) -> None:
         # Workers first (they need Redis to shut down cleanly), Redis last.
@@ -193,6 +213,7 @@ class Cluster:
                 "VESSEL_WORKSPACE_ROOT": str(workspaces),
                 **(env or {}),
             },
+            counted=True,
         )
 
     def start_vessel_mcp(
@@ -255,7 +276,10 @@ class Cluster:
             "--without-mingle",
         ]
         return self._spawn(
-            name, argv, env={RAW_BROKER_ENV: broker_url, RAW_SERVICE_URL_ENV: service_url}
+            name,
+            argv,
+            env={RAW_BROKER_ENV: broker_url, RAW_SERVICE_URL_ENV: service_url},
+            counted=True,
         )
 
     # --- waiting -------------------------------------------------------------

@@ -13,10 +13,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench.cpu_account import CpuAccount
 
 __all__ = [
     "TreeMemory",
     "children",
+    "count_cpu_in",
+    "cpu_basis",
     "cpu_seconds",
     "machine_busy_seconds",
     "tree_memory",
@@ -95,11 +101,35 @@ def _own_cpu_seconds(pid: int) -> float:
     return sum(int(v) for v in fields[11:15]) / _TICKS
 
 
+#: pid -> the cgroup its CPU time is read from (`bench.cluster` starts workers in one).
+_ACCOUNTS: dict[int, CpuAccount] = {}
+
+
+def count_cpu_in(pid: int, account: CpuAccount | None) -> None:
+    """Read `pid`'s CPU time from `account` from now on (None: from its tree again)."""
+    if account is None:
+        _ACCOUNTS.pop(pid, None)
+    else:
+        _ACCOUNTS[pid] = account
+
+
+def cpu_basis(pid: int) -> str:
+    """What `cpu_seconds(pid)` counts, for a row's notes."""
+    return "its cgroup: all it started" if pid in _ACCOUNTS else "its live tree"
+
+
 def cpu_seconds(pid: int) -> float:
-    """CPU time of a process tree: every live process of it, each with the
-    children it has reaped. A sandbox worker's slot launchers live as long as
-    the worker and reap the bwrap of each call, so counting only the worker's
-    own reaped children would leave every sandbox call's processes out."""
+    """CPU time of a process: of its cgroup where it was started in one
+    (`bench.cpu_account`: every process it ever started, orphans included),
+    else of its tree: every live process of it, each with the children it has
+    reaped. A sandbox worker's slot launchers live as long as the worker and
+    reap the bwrap of each call, so counting only the worker's own reaped
+    children would leave every sandbox call's processes out; a raw Celery
+    task's bwrap init, orphaned, is reaped by the host's init and is left out
+    of its tree either way: only the cgroup counts both alike."""
+    account = _ACCOUNTS.get(pid)
+    if account is not None:
+        return account.seconds()
     return sum(_own_cpu_seconds(p) for p in tree_pids(pid))
 
 

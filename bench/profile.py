@@ -24,6 +24,7 @@ worker section wraps `run_call` itself rather than profiling Celery's threads.)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -424,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     status = 0
     with tempfile.TemporaryDirectory(prefix="vessel-profile-") as tmp:
+        # As in bench/run.py: a root worker's calls run as the sandbox uid,
+        # which must pass through this folder to the workspaces under it.
+        os.chmod(tmp, 0o711)
         for name in wanted:
             if name not in sections:
                 parser.error(f"unknown section {name!r}; sections are {', '.join(SECTIONS)}")

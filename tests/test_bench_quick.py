@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,39 @@ def test_the_catalogue_mode_agrees_with_its_naive_baseline(tmp_path: Path) -> No
     for row in rows:
         assert not row.errors, row.errors
         assert row.measured and row.details["tools"] == 10_000
+
+
+def _wait_until(check: Callable[[], bool], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_a_workers_cgroup_counts_what_an_orphan_burns() -> None:
+    # The reason the bench starts each worker in a cgroup: a raw Celery task's
+    # bwrap init is orphaned and reaped by the host's init, so the worker's
+    # process tree never counts it; its cgroup does.
+    from bench.cpu_account import CpuAccount
+    from bench.memory import count_cpu_in, cpu_basis, cpu_seconds
+
+    account = CpuAccount.make("test")
+    if account is None:
+        pytest.skip("no cgroup can be made here (not root, or no cpuacct/v2 hierarchy)")
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+    # The parent starts a grandchild that burns 0.3 s of CPU, and exits first: an orphan.
+    parent = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {burn!r}])\n"
+    procs = account.folder / "cgroup.procs"
+    started = subprocess.Popen(account.wrap([sys.executable, "-c", parent]))
+    try:
+        count_cpu_in(started.pid, account)
+        assert cpu_basis(started.pid) == "its cgroup: all it started"
+        started.wait(timeout=30)
+        _wait_until(lambda: not procs.read_text().strip())  # the orphan is done
+        assert account.seconds() >= 0.3
+        assert cpu_seconds(started.pid) == account.seconds()
+    finally:
+        count_cpu_in(started.pid, None)
+        _wait_until(lambda: not procs.read_text().strip())
+        account.remove()
+    assert cpu_basis(started.pid) == "its live tree"
+    assert not account.folder.exists()

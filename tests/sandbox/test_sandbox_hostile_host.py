@@ -338,6 +338,52 @@ def test_calls_without_a_turn_leave_nothing_once_closed(tmp_path: Path) -> None:
     assert _files(root) == []
 
 
+_MARK_THE_FOLDERS = """
+import fcntl, os, struct
+def chattr_sync(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    flags = struct.unpack("=q", fcntl.ioctl(fd, 0x80086601, bytes(8)))[0]
+    fcntl.ioctl(fd, 0x40086602, struct.pack("=q", flags | 0x8))
+    os.close(fd)
+box = os.environ["VESSEL_OUTBOX"]
+for path in ("/tmp/vessel", box):
+    os.chmod(path, 0o777)
+    os.setxattr(path, "user.mark", b"left by an earlier call")
+    chattr_sync(path)
+print("marked")
+"""
+
+_LOOK_AT_THE_FOLDERS = """
+import fcntl, json, os, struct
+def look(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    flags = struct.unpack("=q", fcntl.ioctl(fd, 0x80086601, bytes(8)))[0]
+    os.close(fd)
+    return [oct(os.stat(path).st_mode & 0o7777), os.listxattr(path), bool(flags & 0x8)]
+print(json.dumps([look("/tmp/vessel"), look(os.environ["VESSEL_OUTBOX"])]))
+"""
+
+
+def test_a_call_never_gets_a_folder_an_earlier_call_marked(sandbox: Sandbox) -> None:
+    # One-call workspaces and outboxes are kept for later calls when left as new:
+    # one a tool chmod-ed, gave an xattr or chattr +S to must never be one of them.
+    store = sandbox.runner.workspaces
+    for _ in range(3):
+        marked = sandbox.call(_MARK_THE_FOLDERS)
+        assert marked.output == "marked\n", marked.output
+        store.flush()
+        for _ in range(3):
+            looked = sandbox.call(_LOOK_AT_THE_FOLDERS)
+            assert json.loads(looked.output) == [["0o700", [], False]] * 2, looked.output
+            store.flush()
+    # The same with a turn (its calls' outboxes come from the shared ones).
+    marked = sandbox.call(_MARK_THE_FOLDERS, turn="t")
+    assert marked.output == "marked\n", marked.output
+    store.flush()
+    looked = sandbox.call(_LOOK_AT_THE_FOLDERS, turn="u")
+    assert json.loads(looked.output)[1] == ["0o700", [], False], looked.output
+
+
 _HOLD_A_STAGE = """
 import sys, time
 from pathlib import Path

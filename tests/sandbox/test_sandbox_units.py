@@ -5,10 +5,13 @@ concurrency, and the confinement probe."""
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import os
 import resource
 import shutil
+import stat
+import struct
 import threading
 import time
 from pathlib import Path
@@ -40,6 +43,7 @@ from workers.sandbox import (
     slot_launcher,
 )
 from workers.sandbox import workspace as workspace_module
+from workers.sandbox.folder_state import folder_state
 from workers.sandbox.identity import SandboxIdentity
 from workers.sandbox.outbox import collect_outbox, ensure_mount_point, escaped_name, unsafe_name
 from workers.sandbox.runner import SandboxRunner, timed_out_text
@@ -254,6 +258,79 @@ def test_one_call_workspaces_made_ahead_are_fresh_each_call(sandbox: Sandbox) ->
         sandbox.runner.workspaces.flush()  # the janitor made the next ones ahead
 
 
+def _used(store: WorkspaceStore, kind: str) -> Path:
+    """A folder of `kind` (a one-call workspace, or an outbox) as a call gets it."""
+    return store.for_turn("agent-a", None) if kind == "workspace" else store.new_outbox()
+
+
+def _again(store: WorkspaceStore, kind: str, count: int = 3) -> set[Path]:
+    return {_used(store, kind) for _ in range(count)}
+
+
+@pytest.mark.parametrize("kind", ["workspace", "outbox"])
+def test_a_folder_a_call_left_as_new_is_handed_out_again(tmp_path: Path, kind: str) -> None:
+    store = WorkspaceStore(tmp_path / "root")
+    used = _used(store, kind)
+    store.discard_later(used)
+    store.flush()
+    assert _used(store, kind) == used  # kept as it was: no rmdir, no mkdir
+    assert folder_state(used) == store._fresh[(used.parent, "")]
+
+
+def _chattr_sync(path: Path) -> None:
+    """chattr +S, as a tool owning the folder may: every later write synchronous."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        flags = struct.unpack("=q", fcntl.ioctl(fd, 0x80086601, bytes(8)))[0]
+        fcntl.ioctl(fd, 0x40086602, struct.pack("=q", flags | 0x8))  # FS_IOC_SETFLAGS, S
+    finally:
+        os.close(fd)
+
+
+def _grow(path: Path) -> None:
+    for n in range(300):
+        (path / f"{n:0100d}").touch()
+    for n in range(300):
+        (path / f"{n:0100d}").unlink()
+
+
+#: What a tool can do to a folder it owns and leave it empty.
+_CHANGES = {
+    "a file left": lambda p: (p / "left").write_text("x"),
+    "a folder left": lambda p: (p / "d").mkdir(),
+    "chmod 0755": lambda p: p.chmod(0o755),
+    "chmod g+s": lambda p: p.chmod(0o2700),
+    "a user xattr": lambda p: os.setxattr(p, "user.mark", b"1"),
+    "chattr +S": _chattr_sync,
+    "grown": _grow,
+}
+
+
+@pytest.mark.parametrize("change", sorted(_CHANGES))
+@pytest.mark.parametrize(
+    ("kind", "inner"),
+    [("workspace", ""), ("outbox", ""), ("workspace", "outbox")],
+    ids=["workspace", "outbox", "workspace's outbox"],
+)
+def test_a_folder_a_call_changed_is_never_handed_out_again(
+    tmp_path: Path, kind: str, inner: str, change: str
+) -> None:
+    store = WorkspaceStore(tmp_path / "root")
+    used = _used(store, kind)
+    target = used / inner if inner else used
+    try:
+        _CHANGES[change](target)
+    except OSError as exc:  # a file system without xattrs or flags: nothing to leave
+        pytest.skip(f"{change} not possible here: {exc}")
+    store.discard_later(used)
+    store.flush()
+    assert not used.exists()  # removed, and a fresh one made instead
+    for fresh in _again(store, kind):
+        assert fresh != used
+        assert store.looks_fresh(fresh)
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o700
+
+
 def test_end_turn_removes_the_workspace(tmp_path: Path) -> None:
     store = WorkspaceStore(tmp_path / "root")
     path = store.for_turn("agent-a", "t")
@@ -451,11 +528,15 @@ def test_concurrent_calls_from_many_threads(sandbox: Sandbox) -> None:
 
 
 def test_no_descriptor_leaks(sandbox: Sandbox) -> None:
+    # Counted once the workspace janitor is idle: a folder it is looking at
+    # (`looks_fresh`) holds a descriptor for that moment, not a leaked one.
     sandbox.call("print(1)")
+    sandbox.runner.workspaces.flush()
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(5):
         sandbox.call("print(1)")
     sandbox.call(shell="sleep 30", timeout=0.3)
+    sandbox.runner.workspaces.flush()
     assert len(os.listdir("/proc/self/fd")) == before
 
 

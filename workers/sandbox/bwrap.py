@@ -24,7 +24,9 @@ Layout (everything read-only except the workspace):
                                read-only, so /dev/shm cannot hold shared memory
     /tmp                       an empty folder of the read-only root, holding only:
     /tmp/vessel                the turn's workspace, read-write ($HOME, $TMPDIR)
-    /tmp/vessel/outbox         this call's own empty outbox, read-write ($VESSEL_OUTBOX)
+    /tmp/vessel/outbox         this call's own empty outbox, read-write ($VESSEL_OUTBOX):
+                               a folder bound over it in a turn's workspace (its calls
+                               share the workspace), the workspace's own in a one-call one
     /agent                     the agent package
     <mounts>                   the deployment's data mounts
     <workdir>                  an empty folder if no mount provides it
@@ -207,8 +209,9 @@ class Layout:
 
     package_dir: Path
     workspace: Path
-    #: This call's own $VESSEL_OUTBOX folder, mounted over the workspace's outbox/.
-    outbox: Path
+    #: This call's own $VESSEL_OUTBOX folder, mounted over the workspace's outbox/;
+    #: None: the workspace's outbox/ is the call's own (a one-call workspace).
+    outbox: Path | None
     #: sandbox path -> host folder, read-only.
     mounts: Mapping[str, Path]
     workdir: str
@@ -220,9 +223,13 @@ class Layout:
     prefix: CommandPrefix
 
 
-def _covered(path: str, roots: list[str]) -> bool:
-    p = PurePosixPath(path)
-    return any(p == PurePosixPath(r) or PurePosixPath(r) in p.parents for r in roots)
+@functools.lru_cache(maxsize=256)
+def _needs_workdir(workdir: str, mount_targets: tuple[str, ...]) -> bool:
+    """True if no bound folder provides `workdir` (then it is made, empty): per agent,
+    so cached (the paths' parsing cost ~0.1 ms a call)."""
+    p = PurePosixPath(workdir)
+    roots = (SANDBOX_HOME, PACKAGE_PATH, *mount_targets, "/usr", "/etc", "/proc", "/dev")
+    return not any(p == PurePosixPath(r) or PurePosixPath(r) in p.parents for r in roots)
 
 
 @functools.lru_cache(maxsize=8)
@@ -281,14 +288,14 @@ def bwrap_options(layout: Layout, *, seccomp_fd: int) -> list[str]:
     """Every bwrap option of one call, in order (the command is not included)."""
     opts = list(_fixed_options(layout.system_files, layout.prefix))
     opts += ["--bind", str(layout.workspace), SANDBOX_HOME]
-    opts += ["--bind", str(layout.outbox), OUTBOX_PATH]
+    if layout.outbox is not None:
+        opts += ["--bind", str(layout.outbox), OUTBOX_PATH]
     opts += ["--ro-bind", str(layout.package_dir), PACKAGE_PATH]
     # Shallow mounts first, so a mount nested in another one lands on top of it.
     for target in sorted(layout.mounts, key=lambda t: (t.count("/"), t)):
         opts += ["--ro-bind", str(layout.mounts[target]), target]
 
-    provided = [SANDBOX_HOME, PACKAGE_PATH, *layout.mounts, "/usr", "/etc", "/proc", "/dev"]
-    if not _covered(layout.workdir, provided):
+    if _needs_workdir(layout.workdir, tuple(layout.mounts)):
         opts += ["--dir", layout.workdir]
     opts += ["--chdir", layout.workdir]
 

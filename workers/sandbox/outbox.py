@@ -19,9 +19,10 @@ every sandboxed process is dead. A tool controls everything in it, so:
 - at most `MAX_ENTRIES` entries are looked at, so a million empty files cannot
   stall the worker.
 
-Each call's outbox is a fresh folder of its own (`WorkspaceStore.new_outbox`,
-bind-mounted at $VESSEL_OUTBOX), so a file comes back from the call that wrote
-it only, and it is removed once read.
+Each call's outbox is an empty folder of its own (a turn's call: one from
+`WorkspaceStore.new_outbox`, bound at $VESSEL_OUTBOX; a call without a turn:
+its one-call workspace's outbox/), so a file comes back from the call that
+wrote it only, and it is removed once read.
 """
 
 from __future__ import annotations

@@ -299,11 +299,17 @@ class SandboxRunner:
         pool: LauncherPool | None = None
         launcher: Launcher | None = None
         outbox_dir: Path | None = None
+        # A one-call workspace holds its own outbox/ (`for_turn`); the calls of a
+        # turn share its workspace, so each gets an outbox folder bound over it.
+        own_outbox = self.workspaces.is_one_call(workspace)
         try:
-            ensure_mount_point(workspace / "outbox")
-            outbox_dir = self.workspaces.new_outbox()
+            if own_outbox:
+                outbox_dir = workspace / "outbox"
+            else:
+                ensure_mount_point(workspace / "outbox")
+                outbox_dir = self.workspaces.new_outbox()
             watch = WorkspaceWatch(
-                (workspace, outbox_dir),
+                (workspace,) if own_outbox else (workspace, outbox_dir),
                 max_bytes=settings.workspace_limit_mb * MIB,
                 max_files=settings.workspace_files,
             )
@@ -321,7 +327,7 @@ class SandboxRunner:
             layout = Layout(
                 package_dir=agent.package_dir,
                 workspace=workspace,
-                outbox=outbox_dir,
+                outbox=None if own_outbox else outbox_dir,
                 mounts=agent.mounts,
                 workdir=settings.workdir,
                 system_files=self._system_dir(),
@@ -353,9 +359,9 @@ class SandboxRunner:
             if cgroup is not None:
                 cgroup.remove()
             # Read and done with: removed off the call's path (see `discard_later`).
-            if outbox_dir is not None:
+            if outbox_dir is not None and not own_outbox:
                 self.workspaces.discard_later(outbox_dir)
-            if self.workspaces.is_one_call(workspace):
+            if own_outbox:
                 self.workspaces.discard_later(workspace)
             else:
                 self.workspaces.touch(workspace)
