@@ -9,7 +9,7 @@ launchers (subreapers) reap every call's processes and are charged for all of
 them. Compared that way, the worker's CPU per call is not measured alike.
 
 A cgroup counts every process that was ever in it, whoever reaps it: a
-process started in one (`join`, run in the child before it execs) and all it
+process started in one (`wrap`: a shell joins it, then execs the process) and all it
 starts are charged to it, orphans included. Used where the bench can make
 one: cgroup v1's `cpuacct` mounted on its own (the controllers the sandbox
 runner uses, `pids`, `memory` and `cpu`, never move a process out of it), or
@@ -21,8 +21,8 @@ to the tree's accounting, saying so in its notes.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -87,26 +87,14 @@ class CpuAccount:
             try:
                 account.seconds()
                 # v2's rule of no processes in an inner cgroup with controllers:
-                # try to join it once, from a child, before trusting it.
-                pid = os.fork()
-                if pid == 0:  # pragma: no cover (the child)
-                    try:
-                        account.join()
-                        os._exit(0)
-                    except BaseException:
-                        os._exit(1)
-                _, status = os.waitpid(pid, 0)
-                if os.waitstatus_to_exitcode(status) == 0:
+                # join it once, from a child, before trusting it.
+                probe = account.wrap(["/bin/true"])
+                if subprocess.run(probe, stderr=subprocess.DEVNULL, check=False).returncode == 0:
                     return account
             except OSError:
                 pass
             account.remove()
         return None
-
-    def join(self) -> None:
-        """Move the calling process into the cgroup."""
-        with open(self._procs, "w") as procs:
-            procs.write("0")
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """`argv`, started by a shell that joins the cgroup first and then execs it:

@@ -32,7 +32,8 @@ __all__ = ["FolderState", "folder_state"]
 _FS_IOC_GETFLAGS = 0x80086601
 _FS_IOC_FSGETXATTR = 0x801C581F
 _FSXATTR = struct.Struct("=IIIII8x")  # xflags, extsize, nextents, projid, cowextsize
-_KNOWN_MACHINES = frozenset({"x86_64", "aarch64"})
+#: Whether those numbers hold on this machine (read once: it never changes).
+_COMPARABLE = platform.machine() in frozenset({"x86_64", "aarch64"})
 #: What a file system without inode flags answers: nothing a tool could set either.
 _NOT_SUPPORTED = frozenset({errno.ENOTTY, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -82,9 +83,8 @@ def folder_state(path: os.PathLike[str] | str) -> FolderState:
     fd = os.open(path, _DIR_FLAGS)
     try:
         st = os.fstat(fd)
-        comparable = platform.machine() in _KNOWN_MACHINES
         flags = fsx = None
-        if comparable:
+        if _COMPARABLE:
             raw_flags = _ioctl(fd, _FS_IOC_GETFLAGS, 8)
             flags = None if raw_flags is None else struct.unpack("=q", raw_flags)[0]
             raw_fsx = _ioctl(fd, _FS_IOC_FSGETXATTR, _FSXATTR.size)
@@ -101,7 +101,7 @@ def folder_state(path: os.PathLike[str] | str) -> FolderState:
             xattrs=_xattrs(fd),
             flags=flags,
             fsx=fsx,
-            comparable=comparable,
+            comparable=_COMPARABLE,
         )
     finally:
         os.close(fd)
