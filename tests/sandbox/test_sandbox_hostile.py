@@ -1118,7 +1118,6 @@ def _runner_on(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch, setting: str) 
     built = None
     if setting == "static":
         built = command_prefix.build(sandbox.root / "bin" / "landlock-exec")
-        (sandbox.root / "bin").chmod(0o755)  # the sandbox uid binds it from there
         setting = str(built)
     monkeypatch.setenv(command_prefix.ENV_LANDLOCK_EXEC, setting)
     sandbox.runner.close()
@@ -1157,6 +1156,19 @@ def test_static_prefix_removed_after_start_is_a_sandbox_error(
         "python -m workers.sandbox.command_prefix]"
     )
     assert str(sandbox.root) not in result.output
+
+
+def test_a_static_prefix_behind_a_closed_folder_runs_calls_from_the_stage(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A root worker's calls run as the sandbox uid, which cannot enter bin/: the
+    # worker copies the prefix into its stage, the one bind a call gets at /.vessel.
+    built = _runner_on(sandbox, monkeypatch, "static")
+    assert built is not None
+    built.parent.chmod(0o700)
+    result = sandbox.call(shell="ls -A /.vessel; readlink /etc; echo ran")
+    assert result.output == "etc\nlandlock-exec\n/.vessel/etc\nran\n", result.output
+    assert sandbox.runner.prefix.binary == built.resolve()
 
 
 def test_a_landlock_exec_setting_naming_no_executable_stops_the_probe(

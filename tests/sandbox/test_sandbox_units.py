@@ -25,9 +25,7 @@ from workers.sandbox import (
     call_spawn,
     cgroup,
     command_prefix,
-    etc_stage,
     folders,
-    landlock,
     launcher_children,
     launcher_client,
     launcher_placement,
@@ -41,10 +39,10 @@ from workers.sandbox import (
     runner,
     seccomp,
     slot_launcher,
+    system_stage,
 )
 from workers.sandbox import workspace as workspace_module
 from workers.sandbox.folder_state import folder_state
-from workers.sandbox.identity import SandboxIdentity
 from workers.sandbox.outbox import collect_outbox, ensure_mount_point, escaped_name, unsafe_name
 from workers.sandbox.runner import SandboxRunner, timed_out_text
 from workers.sandbox.workspace import WorkspaceStore, default_workspace_root
@@ -576,7 +574,7 @@ def test_bwrap_options_hide_the_host(tmp_path: Path) -> None:
         outbox=tmp_path / "box",
         mounts={"/data": tmp_path / "data", "/data/inner": tmp_path / "inner"},
         workdir="/data",
-        system_files=tmp_path / "etc",
+        stage=tmp_path / "stage",
         prefix=command_prefix.perl_prefix(),
     )
     opts = bwrap.bwrap_options(layout, seccomp_fd=9)
@@ -599,53 +597,57 @@ def test_bwrap_options_hide_the_host(tmp_path: Path) -> None:
     assert opts[-2:] == ["--seccomp", "9"]
 
 
-def test_the_static_prefix_is_bound_read_only_and_sets_no_perl_variable(tmp_path: Path) -> None:
-    binary = tmp_path / "landlock-exec"
+def test_the_stage_is_one_read_only_bind_and_the_static_prefix_sets_no_perl_variable(
+    tmp_path: Path,
+) -> None:
     layout = bwrap.Layout(
         package_dir=tmp_path / "pkg",
         workspace=tmp_path / "ws",
         outbox=tmp_path / "box",
         mounts={},
         workdir="/tmp/vessel",
-        system_files=tmp_path / "etc",
+        stage=tmp_path / "stage",
         prefix=command_prefix.CommandPrefix(
-            argv=(command_prefix.STATIC_MOUNT,), binary=binary, describe="test"
+            argv=(command_prefix.STATIC_MOUNT,),
+            binary=tmp_path / "landlock-exec",
+            describe="test",
         ),
     )
     opts = bwrap.bwrap_options(layout, seccomp_fd=9)
-    at = opts.index(command_prefix.STATIC_MOUNT)
-    assert opts[at - 2 : at] == ["--ro-bind", str(binary)]
+    binds = [tuple(opts[i : i + 3]) for i, o in enumerate(opts) if o in ("--bind", "--ro-bind")]
+    # /etc, the certificates and the prefix are all in the stage: one bind, read-only.
+    assert [b for b in binds if b[2].startswith("/.vessel")] == [
+        ("--ro-bind", str(tmp_path / "stage"), bwrap.STAGE_MOUNT)
+    ]
+    assert command_prefix.STATIC_MOUNT.startswith(bwrap.STAGE_MOUNT + "/")
+    assert bwrap.ETC_MOUNT == bwrap.STAGE_MOUNT + "/etc"
+    at = opts.index("/etc")
+    assert opts[at - 2 : at] == ["--symlink", bwrap.ETC_MOUNT]
+    assert str(tmp_path / "landlock-exec") not in opts
     assert "PERL_SKIP_LOCALE_INIT" not in opts
     # Before the root is remounted read-only: the bind is part of the fixed shape.
-    assert at < opts.index("--remount-ro")
+    assert opts.index(bwrap.STAGE_MOUNT) < opts.index("--remount-ro")
 
 
 def test_the_prefix_is_chosen_by_the_setting(tmp_path: Path) -> None:
-    identity = SandboxIdentity.for_worker()
-    assert command_prefix.choose(identity, {"VESSEL_LANDLOCK_EXEC": "perl"}).binary is None
+    assert command_prefix.choose({"VESSEL_LANDLOCK_EXEC": "perl"}).binary is None
     built = command_prefix.build(tmp_path / "bin" / "landlock-exec")
     (tmp_path / "bin").chmod(0o755)
-    chosen = command_prefix.choose(identity, {"VESSEL_LANDLOCK_EXEC": str(built)})
+    chosen = command_prefix.choose({"VESSEL_LANDLOCK_EXEC": str(built)})
     assert (chosen.argv, chosen.binary) == ((command_prefix.STATIC_MOUNT,), built.resolve())
     with pytest.raises(ValueError, match=r"VESSEL_LANDLOCK_EXEC=.*nope: not an executable file"):
-        command_prefix.choose(identity, {"VESSEL_LANDLOCK_EXEC": str(tmp_path / "nope")})
+        command_prefix.choose({"VESSEL_LANDLOCK_EXEC": str(tmp_path / "nope")})
     (tmp_path / "plain").write_text("not a program")
     with pytest.raises(ValueError, match="not an executable file"):
-        command_prefix.choose(identity, {"VESSEL_LANDLOCK_EXEC": str(tmp_path / "plain")})
+        command_prefix.choose({"VESSEL_LANDLOCK_EXEC": str(tmp_path / "plain")})
 
 
-def test_a_root_workers_unreachable_static_prefix_falls_back_to_perl(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    identity = SandboxIdentity.for_worker()
-    if not identity.drop:
-        pytest.skip("a worker that is not root runs its calls as itself")
+def test_a_static_prefix_the_sandbox_uid_cannot_reach_is_still_chosen(tmp_path: Path) -> None:
+    # The worker copies it into its stage: the sandbox uid reaches the copy.
     built = command_prefix.build(tmp_path / "closed" / "landlock-exec")
     (tmp_path / "closed").chmod(0o700)
-    with caplog.at_level("WARNING"):
-        chosen = command_prefix.choose(identity, {"VESSEL_LANDLOCK_EXEC": str(built)})
-    assert chosen.binary is None and chosen.argv == landlock.COMMAND_PREFIX
-    assert "not reachable by the sandbox's uid" in caplog.text
+    chosen = command_prefix.choose({"VESSEL_LANDLOCK_EXEC": str(built)})
+    assert (chosen.argv, chosen.binary) == ((command_prefix.STATIC_MOUNT,), built.resolve())
 
 
 def test_building_without_a_compiler_says_so(tmp_path: Path) -> None:
@@ -666,7 +668,6 @@ def test_exported_names_exist() -> None:
         call_spawn,
         cgroup,
         command_prefix,
-        etc_stage,
         folders,
         launcher_children,
         launcher_client,
@@ -681,6 +682,7 @@ def test_exported_names_exist() -> None:
         runner,
         seccomp,
         slot_launcher,
+        system_stage,
         workspace_module,
     ):
         for name in module.__all__:
@@ -734,17 +736,125 @@ def test_cgroup_setting_is_read_once_and_checked() -> None:
         cgroup.CgroupSettings.from_env({cgroup.ENV_SANDBOX_CGROUPS: "sometimes"})
 
 
-def test_staged_etc_holds_only_the_allow_list(tmp_path: Path) -> None:
-    stage = bwrap.stage_etc(tmp_path / "etc")
-    names = set(os.listdir(stage))
+def test_staged_etc_holds_only_the_allow_list_and_the_hosts_certificates(tmp_path: Path) -> None:
+    stage = bwrap.stage_system(tmp_path / "stage", prefix=None)
+    assert os.listdir(stage) == ["etc"]  # the Perl prefix: nothing to copy
+    etc = stage / "etc"
+    names = set(os.listdir(etc))
     assert {"passwd", "group", "hosts", "hostname"} <= names
     assert not names & {"shadow", "gshadow", "sudoers", "machine-id", "ssh", "pip.conf"}
-    assert (stage / "passwd").read_text().startswith("root:x:0:0:root:/tmp/vessel:")
-    if (stage / "ssl").exists():
-        assert sorted(os.listdir(stage / "ssl")) <= ["certs", "openssl.cnf"]
-        assert os.listdir(stage / "ssl" / "certs") == []  # the host's is bound over it
-    again = bwrap.stage_etc(tmp_path / "etc")  # rebuilt in place
-    assert set(os.listdir(again)) == names
+    assert (etc / "passwd").read_text().startswith("root:x:0:0:root:/tmp/vessel:")
+    host_certs = Path("/etc/ssl/certs")
+    if host_certs.is_dir():
+        assert sorted(os.listdir(etc / "ssl")) <= ["certs", "openssl.cnf"]
+        assert sorted(os.listdir(etc / "ssl" / "certs")) == sorted(os.listdir(host_certs))
+        for name in os.listdir(host_certs):  # links stay links (into /usr/share, bound)
+            host, staged = host_certs / name, etc / "ssl" / "certs" / name
+            assert staged.is_symlink() == host.is_symlink(), name
+            if host.is_symlink():
+                assert os.readlink(staged) == os.readlink(host)
+    again = bwrap.stage_system(tmp_path / "stage", prefix=None)  # rebuilt in place
+    assert set(os.listdir(again / "etc")) == names
+
+
+def test_the_stage_holds_a_copy_of_the_static_prefix(tmp_path: Path) -> None:
+    built = command_prefix.build(tmp_path / "bin" / "landlock-exec")
+    stage = bwrap.stage_system(tmp_path / "stage", prefix=built)
+    copied = stage / "landlock-exec"
+    assert copied.read_bytes() == built.read_bytes()
+    assert stat.S_IMODE(copied.stat().st_mode) == 0o755
+    assert f"/{copied.relative_to(stage)}" == command_prefix.STATIC_MOUNT[len(bwrap.STAGE_MOUNT) :]
+
+
+def _fake_etc(folder: Path, bundle: str) -> Path:
+    (folder / "ssl" / "certs").mkdir(parents=True)
+    (folder / "ssl" / "certs" / "ca-certificates.crt").write_text(bundle)
+    return folder
+
+
+def _replace(path: Path, text: str) -> None:
+    """As update-ca-certificates does: a new file renamed over the old one."""
+    new = path.with_name(f".{path.name}.new")
+    new.write_text(text)
+    new.replace(path)
+
+
+def test_new_certificates_reach_the_next_call_and_the_old_stage_goes_after_its_last(
+    tmp_path: Path,
+) -> None:
+    etc = _fake_etc(tmp_path / "etc", "bundle one\n")
+    stage = system_stage.SystemStage(WorkspaceStore(tmp_path / "ws"), prefix=None, etc=etc)
+    bundle = Path("etc/ssl/certs/ca-certificates.crt")
+    try:
+        first = stage.take()
+        assert stage.take() == first  # nothing changed: the same stage, two calls on it
+        assert (first / bundle).read_text() == "bundle one\n"
+        _replace(etc / "ssl" / "certs" / "ca-certificates.crt", "bundle two\n")
+        second = stage.take()
+        assert second != first and (second / bundle).read_text() == "bundle two\n"
+        stage.give(first)
+        assert (first / bundle).read_text() == "bundle one\n"  # a call still binds it
+        stage.give(first)
+        assert not first.exists()  # its last call ended
+        stage.give(second)
+        assert second.is_dir()  # the current one stays for later calls
+        (etc / "ssl" / "certs" / "extra.pem").write_text("x")  # a link added: the folder changed
+        third = stage.take()
+        assert third != second and not second.exists()  # no call held the old one
+        assert (third / "etc/ssl/certs/extra.pem").read_text() == "x"
+        stage.give(third)
+        shutil.rmtree(third)  # gone from under the worker: made again
+        fourth = stage.take()
+        assert fourth.is_dir()
+        stage.give(fourth)
+    finally:
+        stage.remove()
+    assert not (tmp_path / "ws" / ".system").exists()
+
+
+def test_a_rebuilt_prefix_reaches_the_next_call(tmp_path: Path) -> None:
+    built = command_prefix.build(tmp_path / "bin" / "landlock-exec")
+    stage = system_stage.SystemStage(
+        WorkspaceStore(tmp_path / "ws"), prefix=built, etc=_fake_etc(tmp_path / "etc", "b\n")
+    )
+    try:
+        first = stage.folder()
+        old = (first / "landlock-exec").stat().st_ino
+        command_prefix.build(built)  # written beside it and renamed over it
+        second = stage.folder()
+        assert second != first and not first.exists()
+        assert (second / "landlock-exec").read_bytes() == built.read_bytes()
+        assert (second / "landlock-exec").stat().st_ino != old
+    finally:
+        stage.remove()
+
+
+def test_a_forked_child_gets_a_stage_of_its_own(tmp_path: Path) -> None:
+    stage = system_stage.SystemStage(
+        WorkspaceStore(tmp_path / "ws"), prefix=None, etc=_fake_etc(tmp_path / "etc", "b\n")
+    )
+    try:
+        parents = stage.take()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child reports through the pipe)
+            try:
+                child = stage.take()
+                stage.give(parents)  # not the child's: left alone
+                stage.remove()
+                os.write(write, f"{child}\n{child.exists()}\n{parents.is_dir()}".encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as reader:
+            child_stage, child_left, parents_kept = reader.read().splitlines()
+        os.waitpid(pid, 0)
+        assert child_stage != str(parents)
+        assert (child_left, parents_kept) == ("False", "True")
+        assert parents.is_dir()
+        stage.give(parents)
+    finally:
+        stage.remove()
 
 
 def test_a_call_cgroup_gets_its_cpu_quota() -> None:
@@ -761,3 +871,16 @@ def test_a_call_cgroup_gets_its_cpu_quota() -> None:
         assert int(made.read("cpu", "cpu.cfs_quota_us")) == 3 * period
     finally:
         made.remove()
+
+
+def test_a_call_sees_the_hosts_certificates(sandbox: Sandbox) -> None:
+    host = Path("/etc/ssl/certs")
+    if not (host / "ca-certificates.crt").is_file():
+        pytest.skip("no CA bundle on this host")
+    result = sandbox.call(
+        shell="cd /etc/ssl/certs; sha256sum ca-certificates.crt; ls -A | LC_ALL=C sort | sha256sum"
+    )
+    bundle, names = (line.split()[0] for line in result.output.splitlines())
+    assert bundle == hashlib.sha256((host / "ca-certificates.crt").read_bytes()).hexdigest()
+    listed = "".join(f"{name}\n" for name in sorted(os.listdir(host)))
+    assert names == hashlib.sha256(listed.encode()).hexdigest()

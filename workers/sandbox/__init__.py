@@ -10,7 +10,7 @@ itself, with `launcher_protocol`, `launcher_placement` and `launcher_children`),
 `workspace` and `folders` (the workspaces, and link-proof folder operations),
 `probe` (the start-up self-check), `landlock` and `command_prefix` (the
 ruleset applied inside each call, and which prefix applies it: the static
-`landlock_exec.c` or Perl's), `etc_stage` (the staged /etc), `reachable`
+`landlock_exec.c` or Perl's), `system_stage` (the staged /etc and prefix), `reachable`
 (a root worker's readability check), `call_spawn` (the two ways bwrap starts),
 `call_results` (a finished call's `ToolResult`) and `runner` (one call, end to end).
 """

@@ -8,15 +8,15 @@ otherwise show every host path (workspace, package, mounts). The sandbox sees
 Layout (everything read-only except the workspace):
 
     /usr, /bin, /sbin, /lib*   the host's system folders (symlinks kept as symlinks)
-    /etc                       a symlink to /.vessel/etc, where ONE read-only bind
-                               shows the worker's staged /etc (`stage_etc`): a copy
-                               of a short allow-list of harmless entries (below),
-                               plus a synthetic passwd/group/hosts/hostname; never
-                               the host's shadow, ssh keys, TLS private keys or
-                               tokens. /etc/ssl/certs is the host's, bound read-only
-                               over the stage's empty ssl/certs (kept current).
-    /.vessel/landlock-exec     the static Landlock prefix, read-only, when the worker
-                               has it (`command_prefix.py`; else /usr/bin/perl's)
+    /.vessel                   ONE read-only bind of the worker's stage (`stage_system`):
+    /.vessel/etc                 its /etc: a copy of a short allow-list of harmless
+                                 entries (below), the host's CA certificates among
+                                 them, plus a synthetic passwd/group/hosts/hostname;
+                                 never the host's shadow, ssh keys, TLS private keys
+                                 or tokens (re-staged when the certificates change)
+    /.vessel/landlock-exec       a copy of the static Landlock prefix, when the worker
+                                 has it (`command_prefix.py`; else /usr/bin/perl's)
+    /etc                       a symlink to /.vessel/etc
     /proc                      a new procfs: the new pid namespace shows only the call
     /proc/sys, sysrq-trigger   read-only binds over it (sysctls are not a tool's to set;
                                the values shown are still the call's own namespaces')
@@ -56,10 +56,12 @@ __all__ = [
     "ETC_PARTS",
     "SANDBOX_ENV",
     "SANDBOX_HOSTNAME",
+    "STAGE_MOUNT",
     "Layout",
     "bwrap_options",
+    "certificates_signature",
     "spawn_env",
-    "stage_etc",
+    "stage_system",
     "write_system_files",
 ]
 
@@ -105,14 +107,18 @@ ETC_ALLOWED: tuple[str, ...] = (
     "java-*-openjdk",  # the JVM's conf/ folder links here
     "ImageMagick-*",
 )
-#: Host folders of /etc bound only in part.
+#: Host folders of /etc copied only in part.
 ETC_PARTS: tuple[str, ...] = ("ssl/certs", "ssl/openssl.cnf")
-#: Parts bound from the host (over an empty folder of the stage), not copied:
-#: the certificates change with the host's ca-certificates updates.
-_ETC_BOUND = ("ssl/certs",)
-#: Where the staged /etc is mounted inside; /etc is a symlink to it. One bind
-#: instead of one per entry (each bind costs bwrap about 0.3 ms).
-ETC_MOUNT = "/.vessel/etc"
+#: Where the worker's stage is bound inside: ONE read-only bind holding the
+#: staged /etc and the static prefix. Each bind costs bwrap a read of the whole
+#: mount table (so more on a host with many mounts): the etc entries, the
+#: host's certificates and the prefix were once a bind each.
+STAGE_MOUNT = "/.vessel"
+#: The staged /etc inside; /etc is a symlink to it.
+ETC_MOUNT = f"{STAGE_MOUNT}/etc"
+#: What `certificates_signature` looks at: ca-certificates rewrites the folder
+#: (links added and removed) and renames a new bundle into it.
+_CERTIFICATES = ("ssl/certs", "ssl/certs/ca-certificates.crt")
 
 _SYSTEM_TOP = ("usr",)
 _SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -142,31 +148,31 @@ def write_system_files(folder: Path) -> Path:
     return folder
 
 
-def stage_etc(folder: Path, etc: Path = Path("/etc")) -> Path:
-    """Build the sandbox's /etc in `folder` from scratch; return it.
+def stage_system(folder: Path, *, prefix: Path | None, etc: Path = Path("/etc")) -> Path:
+    """Build the worker's stage in `folder` from scratch; return it.
 
-    What a call sees at /etc, as the per-entry binds showed it before: each
-    allowed top-level entry with its symlink followed (a bind resolves its
-    source), folders copied with their inner symlinks kept as symlinks, the
-    synthetic files, and an empty ssl/certs for the host's (bound over it).
-    Built in a fresh sibling folder and renamed into place: a call never binds
-    a half-built stage. Folders 0755 (umask aside); copied files keep their mode.
+    `folder/etc` is what a call sees at /etc: each allowed top-level entry with
+    its symlink followed, folders copied with their inner symlinks kept as
+    symlinks (the certificates' links into /usr/share stay links), and the
+    synthetic files; `folder/landlock-exec` a copy of the static prefix `prefix`
+    (None: the Perl prefix, nothing to copy). Built in a fresh sibling folder and
+    renamed into place: a call never binds a half-built stage. Folders 0755
+    (umask aside); copied files keep their mode.
     """
     folder.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     build = folder.parent / f".{folder.name}.{secrets.token_hex(6)}"
     build.mkdir(mode=0o755)
     os.chmod(build, 0o755)  # noqa: S103 (the sandbox's /etc: world-readable, as the host's)
     try:
+        staged_etc = build / "etc"
+        staged_etc.mkdir(mode=0o755)
+        os.chmod(staged_etc, 0o755)  # noqa: S103
         for entry in _etc_entries(etc):
             relative = Path(entry).relative_to(etc)
-            target = build / relative
-            if target.parent != build:
+            target = staged_etc / relative
+            if target.parent != staged_etc:
                 target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
                 os.chmod(target.parent, 0o755)  # noqa: S103
-            if str(relative) in _ETC_BOUND:
-                target.mkdir(mode=0o755, exist_ok=True)
-                os.chmod(target, 0o755)  # noqa: S103
-                continue
             try:
                 if os.path.isdir(entry):
                     shutil.copytree(entry, target, symlinks=True)
@@ -179,7 +185,11 @@ def stage_etc(folder: Path, etc: Path = Path("/etc")) -> Path:
                         shutil.rmtree(target)
                     else:
                         target.unlink()
-        write_system_files(build)
+        write_system_files(staged_etc)
+        if prefix is not None:
+            copied = build / PurePosixPath(STATIC_MOUNT).name
+            shutil.copyfile(prefix, copied)
+            os.chmod(copied, 0o755)  # noqa: S103 (every sandbox uid executes it)
         if folder.exists() or folder.is_symlink():
             old = folder.parent / f".{folder.name}.old-{secrets.token_hex(6)}"
             folder.rename(old)
@@ -189,6 +199,20 @@ def stage_etc(folder: Path, etc: Path = Path("/etc")) -> Path:
         shutil.rmtree(build, ignore_errors=True)
         raise
     return folder
+
+
+def certificates_signature(etc: Path = Path("/etc")) -> tuple[tuple[int, int, int], ...]:
+    """What changes when the host's CA certificates do (a stat each of `_CERTIFICATES`;
+    (0, 0, 0) for one that is not there): a stage holds a copy of them."""
+    signature = []
+    for part in _CERTIFICATES:
+        try:
+            st = os.stat(etc / part)
+        except OSError:
+            signature.append((0, 0, 0))
+        else:
+            signature.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(signature)
 
 
 @functools.lru_cache(maxsize=1)
@@ -215,11 +239,10 @@ class Layout:
     #: sandbox path -> host folder, read-only.
     mounts: Mapping[str, Path]
     workdir: str
-    #: The staged /etc (`stage_etc`): allowed copies plus the synthetic passwd,
-    #: group, hosts, hostname.
-    system_files: Path
-    #: The command bwrap executes first (`command_prefix.py`): its file is bound
-    #: at `STATIC_MOUNT` when it is the static one.
+    #: The worker's stage (`stage_system`), bound at `STAGE_MOUNT`: the staged
+    #: /etc, and a copy of the static prefix when that is the prefix.
+    stage: Path
+    #: The command bwrap executes first (`command_prefix.py`).
     prefix: CommandPrefix
 
 
@@ -233,7 +256,7 @@ def _needs_workdir(workdir: str, mount_targets: tuple[str, ...]) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _fixed_options(system_files: Path, prefix: CommandPrefix) -> tuple[str, ...]:
+def _fixed_options(stage: Path, prefix: CommandPrefix) -> tuple[str, ...]:
     """The options that are the same for every call of this worker (cached)."""
     opts: list[str] = [
         # Namespaces: net, pid, ipc, uts, cgroup, user (explicit: --disable-userns needs it).
@@ -260,15 +283,9 @@ def _fixed_options(system_files: Path, prefix: CommandPrefix) -> tuple[str, ...]
             opts += ["--symlink", os.readlink(host), f"/{name}"]
         elif host.is_dir():
             opts += ["--ro-bind", str(host), f"/{name}"]
-    # /etc: the staged folder, bound once; the host's certificates over its ssl/certs.
-    opts += ["--ro-bind", str(system_files), ETC_MOUNT]
-    bound = {str(Path("/etc") / p) for p in _ETC_BOUND}
-    for entry in _etc_entries():
-        if entry in bound:
-            opts += ["--ro-bind", entry, f"{ETC_MOUNT}{entry[len('/etc') :]}"]
+    # The stage, bound once: /etc and the static prefix (a copy) are in it.
+    opts += ["--ro-bind", str(stage), STAGE_MOUNT]
     opts += ["--symlink", ETC_MOUNT, "/etc"]
-    if prefix.binary is not None:
-        opts += ["--ro-bind", str(prefix.binary), STATIC_MOUNT]
 
     # No tmpfs at /tmp: the workspace is bound at /tmp/vessel on bwrap's own
     # root, which --remount-ro / makes read-only (a tmpfs there would only be
@@ -286,7 +303,7 @@ def _fixed_options(system_files: Path, prefix: CommandPrefix) -> tuple[str, ...]
 
 def bwrap_options(layout: Layout, *, seccomp_fd: int) -> list[str]:
     """Every bwrap option of one call, in order (the command is not included)."""
-    opts = list(_fixed_options(layout.system_files, layout.prefix))
+    opts = list(_fixed_options(layout.stage, layout.prefix))
     opts += ["--bind", str(layout.workspace), SANDBOX_HOME]
     if layout.outbox is not None:
         opts += ["--bind", str(layout.outbox), OUTBOX_PATH]

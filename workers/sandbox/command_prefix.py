@@ -13,17 +13,16 @@ The static prefix is built once per install, with a C compiler:
     python -m workers.sandbox.command_prefix PATH       # anywhere
 
 `scripts/setup.sh` and `sandbox.Dockerfile` do it. A worker uses it when it is
-there, bound read-only into each call at `STATIC_MOUNT`; else the Perl one-liner
+there: it copies the file into its stage (`system_stage.py`), which every call
+binds read-only at /.vessel, so the prefix is at `STATIC_MOUNT` inside and a
+root worker's sandbox uid need not reach the original; else the Perl one-liner
 (/usr/bin/perl: perl-base is Essential in Debian). `VESSEL_LANDLOCK_EXEC` names
-another path, or `perl` to keep the Perl prefix. A root worker's calls run as
-the sandbox uid, which must be able to reach the file: if it cannot, the worker
-says so in its log and uses Perl. The start-up probe runs whichever is chosen
-in its report mode and names it in the log line.
+another path, or `perl` to keep the Perl prefix. The start-up probe runs
+whichever is chosen in its report mode and names it in the log line.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import subprocess
@@ -34,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.sandbox import landlock
-from workers.sandbox.identity import SandboxIdentity, unreachable
 
 __all__ = [
     "ENV_LANDLOCK_EXEC",
@@ -51,7 +49,7 @@ __all__ = [
 
 #: Names the static prefix's host path, or `perl` (the Perl prefix, always).
 ENV_LANDLOCK_EXEC = "VESSEL_LANDLOCK_EXEC"
-#: Where the static prefix appears inside every call (beside the staged /etc).
+#: Where the static prefix appears inside every call (in the stage, beside /etc).
 STATIC_MOUNT = "/.vessel/landlock-exec"
 SOURCE = Path(__file__).resolve().parent / "landlock_exec.c"
 
@@ -72,8 +70,6 @@ _CFLAGS = (
     "-Wl,--build-id=none",
 )
 
-_log = logging.getLogger("workers.sandbox.runner")
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CommandPrefix:
@@ -81,7 +77,8 @@ class CommandPrefix:
 
     #: Prepended to the tool's command (the report flag goes after them).
     argv: tuple[str, ...]
-    #: The host file bound read-only at `argv[0]` (None: the sandbox's /usr has it).
+    #: The host file copied into the stage, at `argv[0]` inside (None: the
+    #: sandbox's /usr has it).
     binary: Path | None = None
     #: (name, value) set for the prefix alone (it deletes them before it execs the
     #: tool). A tuple: the prefix keys bwrap's cached fixed options, env included.
@@ -96,8 +93,8 @@ class CommandPrefix:
 
     @property
     def host_file(self) -> str:
-        """The file on the host the call needs: the bound one, or /usr's (the sandbox's
-        /usr is the host's)."""
+        """The file on the host the calls need: the one the stage copies, or /usr's (the
+        sandbox's /usr is the host's)."""
         return str(self.binary or self.program)
 
     def missing_text(self) -> str:
@@ -127,36 +124,25 @@ def default_path() -> Path:
     return Path(sys.prefix) / "libexec" / "vessel-workers" / "landlock-exec"
 
 
-def choose(identity: SandboxIdentity, env: Mapping[str, str] = os.environ) -> CommandPrefix:
-    """The static prefix if it is built and reachable, else Perl's (the reason logged).
+def choose(env: Mapping[str, str] = os.environ) -> CommandPrefix:
+    """The static prefix if it is built here, else Perl's.
 
-    Raises ValueError if `VESSEL_LANDLOCK_EXEC` names a file that is not an executable:
-    an operator's setting that does nothing would hide its mistake.
+    Raises ValueError if `VESSEL_LANDLOCK_EXEC` names a file that is not an executable
+    this worker can read (it copies it): an operator's setting that does nothing
+    would hide its mistake.
     """
     asked = env.get(ENV_LANDLOCK_EXEC, "").strip()
     if asked == "perl":
         return perl_prefix()
     path = Path(asked) if asked else default_path()
-    if not (path.is_file() and os.access(path, os.X_OK)):
+    if not (path.is_file() and os.access(path, os.R_OK | os.X_OK)):
         if asked:
             raise ValueError(
-                f"{ENV_LANDLOCK_EXEC}={asked}: not an executable file (build it with "
-                f"`python -m workers.sandbox.command_prefix {asked}`, or set it to `perl`)"
+                f"{ENV_LANDLOCK_EXEC}={asked}: not an executable file this worker can read "
+                f"(build it with `python -m workers.sandbox.command_prefix {asked}`, or set "
+                "it to `perl`)"
             )
         return perl_prefix()
-    if identity.drop:
-        blocked = unreachable(path, identity.uid, identity.gid)
-        if blocked is not None:
-            _log.warning(
-                "sandbox: the static Landlock prefix %s is not reachable by the sandbox's "
-                "uid %d (%s is not): calls use the Perl prefix (make it reachable, or set "
-                "%s to a path that is)",
-                path,
-                identity.uid,
-                blocked,
-                ENV_LANDLOCK_EXEC,
-            )
-            return perl_prefix()
     return CommandPrefix(
         argv=(STATIC_MOUNT,), binary=path.resolve(), describe=f"the static prefix ({path})"
     )

@@ -95,7 +95,9 @@ _MAKE_SOCK = 1 << 9  # LANDLOCK_ACCESS_FS_MAKE_SOCK (ABI 1)
 _REFER = 1 << 13  # LANDLOCK_ACCESS_FS_REFER (ABI 2)
 _SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET (ABI 6)
 
-# The one-liner. $abi: the ABI (-1: no Landlock). The ruleset attribute is
+# The one-liner. First every signal back to its default disposition (ignored
+# ones survive execve; a worker started with SIGINT ignored would hand that on
+# to the tool). $abi: the ABI (-1: no Landlock). The ruleset attribute is
 # {u64 handled_access_fs; u64 handled_access_net; u64 scoped}; the size passed
 # (8 or 24) tells the kernel which fields are given. The rule is
 # {u64 allowed_access; s32 parent_fd} packed (12 bytes), type 1 = PATH_BENEATH,
@@ -106,6 +108,7 @@ _SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET (ABI
 # refused, and $n, 1 if sending to that name from inside the domain was
 # (-1: not tested).
 _PERL_SCRIPT = r"""
+$SIG{$_} = 'DEFAULT' for keys %SIG;
 my $r = $ARGV[0] eq '@REPORT@' && shift;
 my ($abi, $fs, $sc, $p, $n, $x) = (syscall(444, 0, 0, 1), 0, 0, 0, 0, 0);
 my $an = pack('S', 1) . "\0vessel-landlock-$$";

@@ -3,6 +3,9 @@
  * loader, nothing read from the sandbox's filesystem. It does what the Perl
  * prefix (landlock.py) does, in the same order and with the same texts:
  *
+ *   0. every signal's disposition back to its default (ignored ones survive
+ *      execve: a worker started with SIGINT ignored, as a backgrounded shell's
+ *      children are, would hand that on to the tool);
  *   1. with --vessel-landlock-report first: a datagram socketpair end made
  *      unconnected and bound to an abstract name, before the domain;
  *   2. the Landlock ruleset, best effort per ABI: MAKE_SOCK handled and granted
@@ -37,6 +40,7 @@ typedef unsigned long u64;
 #define SYS_bind 49
 #define SYS_sendto 44
 #define SYS_getpid 39
+#define SYS_rt_sigaction 13
 static long sys6(long n, long a, long b, long c, long d, long e, long f) {
   long r;
   register long r10 __asm__("r10") = d;
@@ -62,6 +66,7 @@ __asm__(".text\n.global _start\n_start:\n xor %rbp, %rbp\n mov %rsp, %rdi\n"
 #define SYS_bind 200
 #define SYS_sendto 206
 #define SYS_getpid 172
+#define SYS_rt_sigaction 134
 static long sys6(long n, long a, long b, long c, long d, long e, long f) {
   register long x8 __asm__("x8") = n;
   register long x0 __asm__("x0") = a;
@@ -148,6 +153,14 @@ static const char *getenv_in(char **envp, const char *name_eq) {
   for (char **e = envp; *e; e++)
     if (starts(*e, name_eq)) return *e + len(name_eq);
   return 0;
+}
+
+/* SIG_DFL, no flags, an empty mask: zeros in either architecture's layout
+ * (x86_64 has a restorer field before the mask, aarch64 does not). SIGKILL's
+ * and SIGSTOP's EINVAL changes nothing. */
+static void default_signals(void) {
+  static const u64 action[4] = {0, 0, 0, 0};
+  for (long sig = 1; sig <= 64; sig++) sys6(SYS_rt_sigaction, sig, (long)action, 0, 8, 0, 0);
 }
 
 /* Returns what was applied: bit 0 the filesystem rule, bit 1 the scope. */
@@ -272,6 +285,7 @@ __attribute__((used)) void start_c(long *sp) {
   char **argv = (char **)(sp + 1);
   char **envp = argv + argc + 1;
   argv++, argc--;
+  default_signals();
   if (argc < 1) cannot_run("", 2);
   int reporting = same(argv[0], REPORT_FLAG);
   if (reporting) argv++, argc--;

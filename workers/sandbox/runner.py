@@ -33,9 +33,11 @@ mounts must be readable by that uid; a call whose are not gets a clear error
 (`reachable.py`), not bwrap's. A worker that is not root runs calls as
 itself, as before.
 
-The staged /etc is one folder per worker process (`etc_stage.py`); `close`
-removes it. How bwrap is started on either path is `call_spawn.py`; how what
-it did becomes the `ToolResult` is `call_results.py`.
+What each call binds at /.vessel (the staged /etc, a copy of the static
+prefix) is one folder per worker process, renewed when the host's certificates
+or the prefix change (`system_stage.py`); `close` removes it. How bwrap is
+started on either path is `call_spawn.py`; how what it did becomes the
+`ToolResult` is `call_results.py`.
 
 `run` never raises for anything a tool does: every outcome is a `ToolResult`;
 a launcher lost mid-call is a `[sandbox error: launcher lost ...]` and is
@@ -78,12 +80,12 @@ from workers.sandbox.call_results import (
 )
 from workers.sandbox.call_spawn import CallSpawner
 from workers.sandbox.cgroup import CallCgroup, CgroupSettings, CgroupSupport
-from workers.sandbox.etc_stage import EtcStage
 from workers.sandbox.launcher_client import Launcher, LauncherUnavailable
 from workers.sandbox.launcher_pool import LauncherPool
 from workers.sandbox.limits import MIB, Limits, restrict_worker_msgqueue
 from workers.sandbox.outbox import DEFAULT_OUTBOX_CAP_BYTES, collect_outbox, ensure_mount_point
 from workers.sandbox.reachable import ReachabilityCheck
+from workers.sandbox.system_stage import SystemStage
 from workers.sandbox.watchdog import WorkspaceWatch
 from workers.sandbox.workspace import WorkspaceStore
 
@@ -138,7 +140,7 @@ class SandboxRunner:
         self._bwrap = shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
         #: What bwrap executes first: the static Landlock prefix, or Perl's
         #: (`command_prefix.py`; ValueError if VESSEL_LANDLOCK_EXEC names no executable).
-        self._prefix = command_prefix.choose(self.identity)
+        self._prefix = command_prefix.choose()
         #: Starts each call's bwrap (None: no bwrap here, every call says so).
         self._spawner = (
             CallSpawner(
@@ -162,7 +164,7 @@ class SandboxRunner:
             if self.cgroup_settings.mode == "per-call"
             else CgroupSupport(parents={})
         )
-        self._stage = EtcStage(workspaces)
+        self._stage = SystemStage(workspaces, prefix=self._prefix.binary)
         self._lock = threading.Lock()
         #: The slot launchers of this process; None: the direct path only.
         self._launchers: LauncherPool | None = None
@@ -237,7 +239,7 @@ class SandboxRunner:
         return f"{mode} {path}; calls run as {self.identity.describe()}"
 
     def _system_dir(self) -> Path:
-        """This process's staged /etc (`etc_stage.py`), built at its first call."""
+        """This process's stage (`system_stage.py`), built at its first call."""
         return self._stage.folder()
 
     # --- the call ------------------------------------------------------------
@@ -299,6 +301,7 @@ class SandboxRunner:
         pool: LauncherPool | None = None
         launcher: Launcher | None = None
         outbox_dir: Path | None = None
+        stage: Path | None = None
         # A one-call workspace holds its own outbox/ (`for_turn`); the calls of a
         # turn share its workspace, so each gets an outbox folder bound over it.
         own_outbox = self.workspaces.is_one_call(workspace)
@@ -324,13 +327,14 @@ class SandboxRunner:
                     )
                 except OSError:
                     cgroup = None  # the host changed its mind: rlimits still hold
+            stage = self._stage.take()
             layout = Layout(
                 package_dir=agent.package_dir,
                 workspace=workspace,
                 outbox=None if own_outbox else outbox_dir,
                 mounts=agent.mounts,
                 workdir=settings.workdir,
-                system_files=self._system_dir(),
+                stage=stage,
                 prefix=self._prefix,
             )
             finished = spawner.run(
@@ -358,6 +362,8 @@ class SandboxRunner:
                 slot = cgroup
             if cgroup is not None:
                 cgroup.remove()
+            if stage is not None:
+                self._stage.give(stage)  # the call's mounts are gone with its processes
             # Read and done with: removed off the call's path (see `discard_later`).
             if outbox_dir is not None and not own_outbox:
                 self.workspaces.discard_later(outbox_dir)
