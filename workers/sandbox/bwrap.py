@@ -60,6 +60,7 @@ __all__ = [
     "Layout",
     "bwrap_options",
     "certificates_signature",
+    "file_signature",
     "spawn_env",
     "stage_system",
     "write_system_files",
@@ -201,18 +202,20 @@ def stage_system(folder: Path, *, prefix: Path | None, etc: Path = Path("/etc"))
     return folder
 
 
+def file_signature(path: Path) -> tuple[int, int, int]:
+    """(inode, mtime, size) of `path`, (0, 0, 0) if it is not there: what a new file
+    renamed over it, or an entry added to or removed from a folder, changes."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (0, 0, 0)
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 def certificates_signature(etc: Path = Path("/etc")) -> tuple[tuple[int, int, int], ...]:
-    """What changes when the host's CA certificates do (a stat each of `_CERTIFICATES`;
-    (0, 0, 0) for one that is not there): a stage holds a copy of them."""
-    signature = []
-    for part in _CERTIFICATES:
-        try:
-            st = os.stat(etc / part)
-        except OSError:
-            signature.append((0, 0, 0))
-        else:
-            signature.append((st.st_ino, st.st_mtime_ns, st.st_size))
-    return tuple(signature)
+    """What changes when the host's CA certificates do (`file_signature` of each of
+    `_CERTIFICATES`): a stage holds a copy of them."""
+    return tuple(file_signature(etc / part) for part in _CERTIFICATES)
 
 
 @functools.lru_cache(maxsize=1)

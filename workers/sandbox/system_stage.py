@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from workers.sandbox.bwrap import certificates_signature, stage_system
+from workers.sandbox.bwrap import certificates_signature, file_signature, stage_system
 from workers.sandbox.folders import remove_tree
 from workers.sandbox.workspace import WorkspaceStore
 
@@ -105,16 +105,6 @@ def _remove_stale_stages(system: Path, *, keep: Path) -> None:
             os.close(fd)
 
 
-def _file_signature(path: Path | None) -> tuple[int, int, int]:
-    if path is None:
-        return (0, 0, 0)
-    try:
-        st = os.stat(path)
-    except OSError:
-        return (0, 0, 0)
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
 class SystemStage:
     """This process's stage: built at its first call, built anew when the host's
     certificates or the prefix changed or it went missing (four stats a call);
@@ -142,7 +132,8 @@ class SystemStage:
     def take(self) -> Path:
         """The stage for a call about to start (made now if needed); `give` it back
         when the call's processes are gone."""
-        signature = (*certificates_signature(self.etc), _file_signature(self.prefix))
+        prefix = (0, 0, 0) if self.prefix is None else file_signature(self.prefix)
+        signature = (*certificates_signature(self.etc), prefix)
         with self._lock:
             if self._pid != os.getpid():  # a forked child: its parent's stages are not its own
                 self._owner = self._folder = None
@@ -168,7 +159,7 @@ class SystemStage:
         remove_tree(folder)  # superseded, and no call binds it any more
 
     def folder(self) -> Path:
-        """The stage calls get now (made if there is none); for the start-up probe."""
+        """The stage calls get now (made if there is none), with no call held on it."""
         folder = self.take()
         self.give(folder)
         return folder
