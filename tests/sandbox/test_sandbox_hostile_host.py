@@ -428,6 +428,18 @@ def test_stages_of_dead_workers_are_removed_and_live_ones_kept(tmp_path: Path) -
                 holder.stdout.close()
 
 
+def test_a_runner_stages_when_it_starts_not_at_its_first_call(tmp_path: Path) -> None:
+    root = tmp_path / "workspaces"
+    runner = SandboxRunner(WorkspaceStore(root), launchers=False)
+    try:
+        stages = [p for p in (root / ".system").iterdir() if p.suffix != ".lock"]
+        assert len(stages) == 1 and (stages[0] / "etc" / "passwd").is_file(), stages
+        assert runner._system_dir() == stages[0]  # what the first call binds: not made anew
+    finally:
+        runner.close()
+    assert not (root / ".system").exists()
+
+
 # --- through `vessel-workers call` (the embedded default) --------------------------------
 
 

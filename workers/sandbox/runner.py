@@ -34,10 +34,11 @@ mounts must be readable by that uid; a call whose are not gets a clear error
 itself, as before.
 
 What each call binds at /.vessel (the staged /etc, a copy of the static
-prefix) is one folder per worker process, renewed when the host's certificates
-or the prefix change (`system_stage.py`); `close` removes it. How bwrap is
-started on either path is `call_spawn.py`; how what it did becomes the
-`ToolResult` is `call_results.py`.
+prefix) is one folder per worker process, built when the runner starts (not on
+its first call), renewed when the host's certificates or the prefix change
+(`system_stage.py`); `close` removes it. How bwrap is started on either path
+is `call_spawn.py`; how what it did becomes the `ToolResult` is
+`call_results.py`.
 
 `run` never raises for anything a tool does: every outcome is a `ToolResult`;
 a launcher lost mid-call is a `[sandbox error: launcher lost ...]` and is
@@ -165,6 +166,8 @@ class SandboxRunner:
             else CgroupSupport(parents={})
         )
         self._stage = SystemStage(workspaces, prefix=self._prefix.binary)
+        if self._spawner is not None:
+            self._stage_now()
         self._lock = threading.Lock()
         #: The slot launchers of this process; None: the direct path only.
         self._launchers: LauncherPool | None = None
@@ -238,8 +241,16 @@ class SandboxRunner:
             path = f"via the sh wrapper ({self._direct_because or 'no sandbox'})"
         return f"{mode} {path}; calls run as {self.identity.describe()}"
 
+    def _stage_now(self) -> None:
+        """Build the stage at start-up: copying the certificates takes ~60 ms, which
+        the worker's first call would otherwise wait for."""
+        try:
+            self._stage.folder()
+        except OSError as exc:  # each call tries again, and fails with the reason
+            _log.warning("sandbox: cannot stage /etc and the prefix (%s)", exc)
+
     def _system_dir(self) -> Path:
-        """This process's stage (`system_stage.py`), built at its first call."""
+        """This process's stage (`system_stage.py`), built when the runner started."""
         return self._stage.folder()
 
     # --- the call ------------------------------------------------------------

@@ -106,7 +106,8 @@ def _remove_stale_stages(system: Path, *, keep: Path) -> None:
 
 
 class SystemStage:
-    """This process's stage: built at its first call, built anew when the host's
+    """This process's stage: built when first asked for (the runner asks at its
+    start, `SandboxRunner._stage_now`), built anew when the host's
     certificates or the prefix changed or it went missing (four stats a call);
     a forked child claims a stage of its own."""
 
