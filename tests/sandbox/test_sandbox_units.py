@@ -5,6 +5,7 @@ concurrency, and the confinement probe."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -327,6 +328,38 @@ def test_a_folder_a_call_changed_is_never_handed_out_again(
         assert fresh != used
         assert store.looks_fresh(fresh)
         assert stat.S_IMODE(fresh.stat().st_mode) == 0o700
+
+
+def test_workspaces_are_made_while_another_worker_removes_the_empty_parents(
+    tmp_path: Path,
+) -> None:
+    # Another worker's close() rmdirs the agents' folders it made once they are
+    # empty: a folder may vanish between this store's mkdir, its EEXIST check and
+    # its chmod. Every workspace asked for meanwhile is still made.
+    root = tmp_path / "root"
+    store = WorkspaceStore(root)
+    stop = threading.Event()
+
+    def remove_empty_parents() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):  # close() leaves the root itself
+                os.rmdir(root / "a")
+            time.sleep(0.005)  # 200 closes a second: far more than any fleet
+
+    remover = threading.Thread(target=remove_empty_parents)
+    remover.start()
+    try:
+        for i in range(1500):
+            store._ready.clear()  # as a fresh worker's store: it makes every parent
+            if i % 2:
+                path = store.for_turn("a", None)
+                store.discard(path)
+            else:
+                path = store.for_turn("a", f"turn-{i}")
+                store.end_turn("a", f"turn-{i}")
+    finally:
+        stop.set()
+        remover.join()
 
 
 def test_end_turn_removes_the_workspace(tmp_path: Path) -> None:

@@ -76,6 +76,8 @@ __all__ = [
 
 
 _ONE_CALL_PREFIX = ".call-"
+#: Tries at making a parent folder that another worker's close keeps removing.
+_PARENT_ATTEMPTS = 20
 #: A one-call workspace's own outbox folder ($VESSEL_OUTBOX is /tmp/vessel/outbox).
 _OUTBOX_NAME = "outbox"
 #: Hex characters of a one-call workspace's or an outbox's random name.
@@ -148,12 +150,23 @@ class WorkspaceStore:
         return self.root / agent_id
 
     def _ensure_dir(self, path: Path) -> None:
-        """A parent folder: 0700, or root's 0710 with the sandbox gid for a root worker."""
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if self.identity.drop:
-            set_owner(path, uid=os.geteuid(), gid=self.identity.gid, mode=_PARENT_MODE)
-        else:
-            os.chmod(path, 0o700)
+        """A parent folder: 0700, or root's 0710 with the sandbox gid for a root worker.
+
+        Another worker's `close` removes the parents it made once they are
+        empty, so one may vanish between our mkdir and chmod (or between the
+        EEXIST and the is_dir that `exist_ok` checks it with): made again.
+        """
+        for attempt in range(_PARENT_ATTEMPTS):
+            try:
+                path.mkdir(mode=0o700, parents=True, exist_ok=True)
+                if self.identity.drop:
+                    set_owner(path, uid=os.geteuid(), gid=self.identity.gid, mode=_PARENT_MODE)
+                else:
+                    os.chmod(path, 0o700)
+                return
+            except (FileExistsError, FileNotFoundError):
+                if attempt == _PARENT_ATTEMPTS - 1 or path.is_symlink():
+                    raise
 
     def _give(self, path: Path) -> None:
         """A workspace or an outbox, just made or about to be used: the sandbox uid's, 0700."""
@@ -219,13 +232,15 @@ class WorkspaceStore:
         """mkdir `path` (0700) under `parents`, redoing them if they went missing;
         a one-call workspace with its outbox/."""
         with self._lock:
-            self._ensure_parents(*parents)
-            try:
-                path.mkdir(mode=0o700)
-            except FileNotFoundError:
-                self._ready.difference_update(parents)
+            for attempt in range(_PARENT_ATTEMPTS):
                 self._ensure_parents(*parents)
-                path.mkdir(mode=0o700)
+                try:
+                    path.mkdir(mode=0o700)
+                    break
+                except FileNotFoundError:  # a parent removed by another worker's close
+                    if attempt == _PARENT_ATTEMPTS - 1:
+                        raise
+                    self._ready.difference_update(parents)
         self._fill(path)
 
     def _fill(self, path: Path) -> None:
@@ -327,9 +342,15 @@ class WorkspaceStore:
             return path
         with self._lock:
             self._ensure_dir(self.root)
-            self._ensure_dir(agent_dir)
             path = agent_dir / _turn_key(self._turn_secret(), turn)
-            path.mkdir(mode=0o700, exist_ok=True)
+            for attempt in range(_PARENT_ATTEMPTS):
+                self._ensure_dir(agent_dir)
+                try:
+                    path.mkdir(mode=0o700, exist_ok=True)
+                    break
+                except FileNotFoundError:  # the agent's folder removed just now (`_ensure_dir`)
+                    if attempt == _PARENT_ATTEMPTS - 1:
+                        raise
             if self.identity.drop:
                 self._give(path)
             else:
