@@ -44,7 +44,7 @@ from celery import Celery
 from broker.errors import UnknownAgent
 from broker.files import MAX_FILE_BYTES, MAX_LIST_ENTRIES, OPERATIONS, REASONS, check_path
 from broker.queues import WORKSPACE_OP_TASK, home_lane
-from workers.sandbox.workspace import share_with_workspace_owner
+from workers.sandbox.folders import DIR_FLAGS, share_with_workspace_owner
 
 if TYPE_CHECKING:
     from workers.tasks import CallRuntime
@@ -56,7 +56,6 @@ _log = logging.getLogger(__name__)
 #: Times an operation may be sent on to another host before it gives up: the
 #: home changes only when a host dies, so more means hosts keep dying.
 MAX_HOPS = 4
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1024 * 1024
@@ -91,7 +90,7 @@ def _kind(mode: int) -> str:
 def _open_dir(name: str, dir_fd: int, *, make: bool, shown: str) -> int:
     """Open the folder `name` in `dir_fd` (made first if `make`), never through a link."""
     try:
-        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         if not make:
             raise OpRefused(f"{shown}: no such folder", "not_found") from None
@@ -115,7 +114,7 @@ def _parent(workspace: Path, path: str, *, make: bool = False) -> Iterator[tuple
 
     `path` "." yields the workspace's own fd and ".".
     """
-    fd = os.open(workspace, _DIR_FLAGS)
+    fd = os.open(workspace, DIR_FLAGS)
     try:
         if path == ".":
             yield fd, "."

@@ -25,6 +25,8 @@ import platform
 import struct
 from dataclasses import dataclass
 
+from workers.sandbox.folders import DIR_FLAGS
+
 __all__ = ["FolderState", "folder_state"]
 
 #: _IOR('f', 1, long) and _IOR('X', 31, struct fsxattr): the generic ioctl
@@ -36,7 +38,6 @@ _FSXATTR = struct.Struct("=IIIII8x")  # xflags, extsize, nextents, projid, cowex
 _COMPARABLE = platform.machine() in frozenset({"x86_64", "aarch64"})
 #: What a file system without inode flags answers: nothing a tool could set either.
 _NOT_SUPPORTED = frozenset({errno.ENOTTY, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,7 @@ def _xattrs(fd: int) -> tuple[tuple[str, bytes], ...]:
 def folder_state(path: os.PathLike[str] | str) -> FolderState:
     """The state of the folder `path` (never through a symlink: OSError if it is one,
     or not a folder)."""
-    fd = os.open(path, _DIR_FLAGS)
+    fd = os.open(path, DIR_FLAGS)
     try:
         st = os.fstat(fd)
         flags = fsx = None

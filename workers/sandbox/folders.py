@@ -13,15 +13,16 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["remove_tree", "set_owner", "share_with_workspace_owner"]
+__all__ = ["DIR_FLAGS", "remove_tree", "set_owner", "share_with_workspace_owner"]
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: How every folder a tool could have touched is opened: a link is refused, not followed.
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def set_owner(path: Path, *, uid: int, gid: int, mode: int) -> None:
     """chown and chmod the folder `path` itself: opened with O_NOFOLLOW, so never
     through a symlink (OSError, ELOOP or ENOTDIR, if `path` is one)."""
-    fd = os.open(path, _DIR_FLAGS)
+    fd = os.open(path, DIR_FLAGS)
     try:
         os.fchown(fd, uid, gid)
         os.fchmod(fd, mode)
@@ -50,7 +51,7 @@ def _open_dir(name: str, parent_fd: int) -> int:
     made it unreadable (chmod 000), make it 0700 first (through an O_PATH
     descriptor of the folder itself, never of a link's target)."""
     try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        return os.open(name, DIR_FLAGS, dir_fd=parent_fd)
     except PermissionError:
         pass
     path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
@@ -59,7 +60,7 @@ def _open_dir(name: str, parent_fd: int) -> int:
             os.chmod(f"/proc/self/fd/{path_fd}", 0o700)
     finally:
         os.close(path_fd)
-    return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    return os.open(name, DIR_FLAGS, dir_fd=parent_fd)
 
 
 def _empty(fd: int) -> None:

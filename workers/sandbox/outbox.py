@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.result import OutboxFile
+from workers.sandbox.folders import DIR_FLAGS
 
 __all__ = [
     "DEFAULT_OUTBOX_CAP_BYTES",
@@ -58,7 +59,6 @@ _READ_CHUNK = 1024 * 1024
 #: Looks at the outbox mount point before giving up: each lost race means
 #: another call made the folder (done) or a tool keeps replacing it (refused).
 _MOUNT_POINT_TRIES = 5
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
 
@@ -162,7 +162,7 @@ def _walk(
             continue
         if stat.S_ISDIR(st.st_mode):
             try:
-                sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                sub = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
             except OSError:
                 yield rel, dir_fd, st  # reported as skipped below
                 continue
@@ -204,7 +204,7 @@ def collect_outbox(path: Path, cap_bytes: int = DEFAULT_OUTBOX_CAP_BYTES) -> Out
     files: list[OutboxFile] = []
     skipped: list[str] = []
     try:
-        root_fd = os.open(path, _DIR_FLAGS)
+        root_fd = os.open(path, DIR_FLAGS)
     except OSError:
         return Outbox((), ())  # no outbox (or the tool replaced it with a link)
     remaining = cap_bytes

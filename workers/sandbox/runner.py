@@ -88,7 +88,7 @@ from workers.sandbox.outbox import DEFAULT_OUTBOX_CAP_BYTES, collect_outbox, ens
 from workers.sandbox.reachable import ReachabilityCheck
 from workers.sandbox.system_stage import SystemStage
 from workers.sandbox.watchdog import WorkspaceWatch
-from workers.sandbox.workspace import WorkspaceStore
+from workers.sandbox.workspace import OUTBOX_NAME, WorkspaceStore
 
 __all__ = [
     "DEFAULT_OUTPUT_HARD_CAP_BYTES",
@@ -318,9 +318,9 @@ class SandboxRunner:
         own_outbox = self.workspaces.is_one_call(workspace)
         try:
             if own_outbox:
-                outbox_dir = workspace / "outbox"
+                outbox_dir = workspace / OUTBOX_NAME
             else:
-                ensure_mount_point(workspace / "outbox")
+                ensure_mount_point(workspace / OUTBOX_NAME)
                 outbox_dir = self.workspaces.new_outbox()
             watch = WorkspaceWatch(
                 (workspace,) if own_outbox else (workspace, outbox_dir),

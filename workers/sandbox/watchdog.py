@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from workers.sandbox.folders import DIR_FLAGS
+
 __all__ = [
     "COST_FACTOR",
     "MAX_INTERVAL_SECONDS",
@@ -72,7 +74,6 @@ COST_FACTOR = 20.0
 #: Which limit was passed: size, file count, or the walk could not finish.
 Breach = Literal["size", "files", "unmeasurable"]
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: What the walk skips silently: the entry went away or was replaced meanwhile.
 _GONE = (FileNotFoundError, NotADirectoryError)
@@ -102,7 +103,7 @@ def _open_dir(path: str, expected: tuple[int, int] | None, fix: bool) -> int | N
     """The folder at `path`, opened without following a link; None if it is no longer
     the folder its parent listed. Raises OSError if it cannot be opened."""
     try:
-        fd = os.open(path, _DIR_FLAGS)
+        fd = os.open(path, DIR_FLAGS)
     except PermissionError:
         if not fix:
             raise
@@ -117,7 +118,7 @@ def _open_dir(path: str, expected: tuple[int, int] | None, fix: bool) -> int | N
             os.chmod(f"/proc/self/fd/{pfd}", mode | _OWNER_RWX)
         finally:
             os.close(pfd)
-        fd = os.open(path, _DIR_FLAGS)
+        fd = os.open(path, DIR_FLAGS)
     try:
         st = os.fstat(fd)
         if expected is not None and (st.st_dev, st.st_ino) != expected:

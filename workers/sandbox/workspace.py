@@ -66,6 +66,7 @@ from workers.sandbox.identity import SandboxIdentity
 
 __all__ = [
     "DEFAULT_WORKSPACE_ROOT",
+    "OUTBOX_NAME",
     "WorkspaceStore",
     "default_workspace_root",
     # Folder operations (`folders.py`), named here too for the workspaces' users.
@@ -79,7 +80,7 @@ _ONE_CALL_PREFIX = ".call-"
 #: Tries at making a parent folder that another worker's close keeps removing.
 _PARENT_ATTEMPTS = 20
 #: A one-call workspace's own outbox folder ($VESSEL_OUTBOX is /tmp/vessel/outbox).
-_OUTBOX_NAME = "outbox"
+OUTBOX_NAME = "outbox"
 #: Hex characters of a one-call workspace's or an outbox's random name.
 _RANDOM_CHARS = 24
 #: Folders of each kind the janitor keeps ready, per parent. Two slots' calls in a
@@ -248,15 +249,15 @@ class WorkspaceStore:
         given to the sandbox uid; their looks kept as the fresh ones' (`_fresh`)."""
         one_call = self.is_one_call(path)
         if one_call:
-            (path / _OUTBOX_NAME).mkdir(mode=0o700)
-            self._give(path / _OUTBOX_NAME)
+            (path / OUTBOX_NAME).mkdir(mode=0o700)
+            self._give(path / OUTBOX_NAME)
         self._give(path)
         key = (path.parent, "")
         if key not in self._fresh:
             with contextlib.suppress(OSError):
                 self._fresh[key] = folder_state(path)
                 if one_call:
-                    self._fresh[(path.parent, _OUTBOX_NAME)] = folder_state(path / _OUTBOX_NAME)
+                    self._fresh[(path.parent, OUTBOX_NAME)] = folder_state(path / OUTBOX_NAME)
 
     def looks_fresh(self, path: Path) -> bool:
         """True if `path` (a used one-call workspace or outbox) looks as a folder this
@@ -274,8 +275,8 @@ class WorkspaceStore:
                 return False
             if not self.is_one_call(path):
                 return True
-            inner = self._fresh.get((parent, _OUTBOX_NAME))
-            return inner is not None and folder_state(path / _OUTBOX_NAME) == inner
+            inner = self._fresh.get((parent, OUTBOX_NAME))
+            return inner is not None and folder_state(path / OUTBOX_NAME) == inner
         except OSError:
             return False
 
@@ -385,7 +386,7 @@ class WorkspaceStore:
         # Anything else (ENOTEMPTY, ENOTDIR...) goes the thorough way.
         with contextlib.suppress(OSError):
             if self.is_one_call(path):
-                os.rmdir(path / _OUTBOX_NAME)
+                os.rmdir(path / OUTBOX_NAME)
             os.rmdir(path)
             return
         remove_tree(path)
