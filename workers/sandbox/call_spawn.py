@@ -79,7 +79,7 @@ class CallSpawner:
                 layout, seccomp_fd=SECCOMP_FD if launcher is not None else seccomp_fd
             )
             args_fd = os.memfd_create("vessel-bwrap-args", os.MFD_CLOEXEC)
-            os.write(args_fd, b"".join(o.encode() + b"\0" for o in options))
+            os.write(args_fd, ("\0".join(options) + "\0").encode())
             os.lseek(args_fd, 0, os.SEEK_SET)
             command = list(tool.command)
             stdin: bytes | None
