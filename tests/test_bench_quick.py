@@ -118,3 +118,19 @@ def test_a_workers_cgroup_counts_what_an_orphan_burns() -> None:
         account.remove()
     assert cpu_basis(started.pid) == "its live tree"
     assert not account.folder.exists()
+
+
+@pytest.mark.timeout(120)
+def test_the_seccomp_cost_script_runs_every_contender() -> None:
+    # bench/seccomp_cost.py: three contenders in real bwrap, then each filter's walk.
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "seccomp_cost.py"), "--runs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for contender in ("no filter", "default order", "binary tree (ours)"):
+        assert any(line.startswith(contender) for line in done.stdout.splitlines()), done.stdout
+    assert "a decision walks" in done.stdout
