@@ -37,13 +37,19 @@ _CELERY_EVENTS_OFF = "OFF (enable -E to monitor tasks in this worker)"
 
 
 def startup_lines(
-    *, kind: str, task_events: str, cgroup_mode: str | None, host_id: str | None
+    *,
+    kind: str,
+    task_events: str,
+    cgroup_mode: str | None,
+    host_id: str | None,
+    network_mode: str | None = None,
 ) -> list[str]:
     """The `[vessel]` lines of the banner, e.g. `cgroups: per-call (pids) via slot launchers`."""
     lines = [f"kind:        {kind}"]
     if kind == "sandbox":
         lines.append("confinement: checked at start: bubblewrap + seccomp + rlimits work here")
         lines.append(f"cgroups:     {cgroup_mode or 'unknown'} (VESSEL_SANDBOX_CGROUPS)")
+        lines.append(f"network:     {network_mode or 'unknown'} (VESSEL_SANDBOX_NETWORK)")
     if host_id is not None:
         lines.append(f"host id:     {host_id} (VESSEL_HOST_ID; its home lanes end @{host_id})")
     events = (

@@ -5,7 +5,8 @@ One module per concern: `bwrap` (the sandbox's shape), `seccomp` (the filter),
 `process` (spawn, drain, kill the tree), `watchdog` (the workspace's size and
 files while a call runs), `identity` (the host uid calls run as: never 0),
 `slot_launcher` (a slot's spawn server, pre-placed in its cgroups: the process
-itself, with `launcher_protocol`, `launcher_placement` and `launcher_children`),
+itself, with `launcher_protocol`, `launcher_placement`, `launcher_children` and
+`launcher_network`, the empty network namespace its calls share one after another),
 `launcher_client` and `launcher_pool` (the worker's side of it), `outbox`,
 `workspace` and `folders` (the workspaces, and link-proof folder operations),
 `probe` (the start-up self-check), `landlock` and `command_prefix` (the

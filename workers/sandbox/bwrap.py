@@ -304,9 +304,14 @@ def _fixed_options(stage: Path, prefix: CommandPrefix) -> tuple[str, ...]:
     return tuple(opts)
 
 
-def bwrap_options(layout: Layout, *, seccomp_fd: int) -> list[str]:
-    """Every bwrap option of one call, in order (the command is not included)."""
+def bwrap_options(layout: Layout, *, seccomp_fd: int, share_net: bool = False) -> list[str]:
+    """Every bwrap option of one call, in order (the command is not included).
+
+    `share_net`: the call runs in the network namespace bwrap is started in (a slot
+    launcher's empty one, `launcher_network.py`) instead of a new one of its own."""
     opts = list(_fixed_options(layout.stage, layout.prefix))
+    if share_net:
+        opts.append("--share-net")
     opts += ["--bind", str(layout.workspace), SANDBOX_HOME]
     if layout.outbox is not None:
         opts += ["--bind", str(layout.outbox), OUTBOX_PATH]

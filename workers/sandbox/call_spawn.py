@@ -75,8 +75,11 @@ class CallSpawner:
         args_fd = -1
         try:
             # A launcher's child finds the memfds at fixed numbers; Popen keeps ours.
+            share_net = launcher is not None and launcher.shared_network
             options = bwrap_options(
-                layout, seccomp_fd=SECCOMP_FD if launcher is not None else seccomp_fd
+                layout,
+                seccomp_fd=SECCOMP_FD if launcher is not None else seccomp_fd,
+                share_net=share_net,
             )
             args_fd = os.memfd_create("vessel-bwrap-args", os.MFD_CLOEXEC)
             os.write(args_fd, ("\0".join(options) + "\0").encode())
@@ -127,6 +130,7 @@ class CallSpawner:
                     args_fd=memfds[0],
                     seccomp_fd=memfds[1],
                     cpu_seconds=(limits.cpu_seconds, limits.cpu_hard_seconds),
+                    share_net=share_net,
                 )
 
             return run_child(

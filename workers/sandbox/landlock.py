@@ -9,8 +9,8 @@ bind()'s address. Landlock can:
   path (and mknod(S_IFSOCK)) fails with EACCES everywhere in the sandbox.
 - the `LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET` scope: connect()/sendto() to an
   abstract name bound outside the call's own Landlock domain fails with EPERM.
-  (Each call also has its own network namespace, which holds abstract names:
-  two calls never shared one anyway. The scope also covers anything outside
+  (Abstract names live in a network namespace, and no two calls are ever in
+  one at once: `launcher_network.py`. The scope also covers anything outside
   the call that would share its namespace.)
 
 A Landlock domain that handles any filesystem right forbids mount(2), which
@@ -214,7 +214,7 @@ class LandlockReport:
             "abstract unix sockets scoped to the call (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)"
             if self.scope_abstract and self.abstract_send_refused is not False
             else "abstract unix sockets NOT scoped (needs Landlock ABI 6, kernel 6.12+; "
-            "each call's own network namespace still holds its abstract names)"
+            "a call's network namespace, never two calls' at once, still holds its names)"
         )
         return f"{where}: {files}; {abstract}"
 

@@ -35,6 +35,7 @@ from workers.sandbox.launcher_protocol import ARGS_FD, SECCOMP_FD
 __all__ = [
     "OomBias",
     "become_subreaper",
+    "children_left",
     "kill_group",
     "reap",
     "reap_all",
@@ -157,6 +158,15 @@ def reap_all() -> None:
             return
         if pid == 0:
             return
+
+
+def children_left() -> bool:
+    """True if any child (or adopted orphan) is not reaped yet."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 def become_subreaper() -> None:

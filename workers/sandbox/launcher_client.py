@@ -171,6 +171,10 @@ class Launcher:
         self.broken = False
         #: A child was started and its exit not read yet: not reusable as it is.
         self.busy = False
+        #: Its calls run in its own empty network namespace (bwrap --share-net).
+        self.shared_network = False
+        #: Why it could not make one, when asked to ("" if it was not, or could).
+        self.network_refused = ""
         self._memory_bytes: int | None = None
         self._cpu_limit: float | None = None
         self._failures = 0
@@ -184,11 +188,14 @@ class Launcher:
         *,
         memory_bytes: int | None = None,
         cpu_limit: float | None = None,
+        share_network: bool = False,
     ) -> Launcher:
         """Start a launcher in `slot` with `rlimits` and wait until it says ready;
         LauncherUnavailable if it does not. With `identity.drop` it serves as
         identity.uid/gid; with a memory slot its children are the OOM's first pick.
-        `memory_bytes` and `cpu_limit`: the caps `slot` was made with (None: unknown)."""
+        `memory_bytes` and `cpu_limit`: the caps `slot` was made with (None: unknown).
+        `share_network`: its calls run in one empty network namespace of its own, one
+        after another (`launcher_network.py`), if it can make one (`shared_network`)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         procs_files = [str(p) for p in slot.procs_files] if slot is not None else []
         try:
@@ -206,6 +213,7 @@ class Launcher:
                                 "uid": identity.uid if identity and identity.drop else None,
                                 "gid": identity.gid if identity and identity.drop else None,
                                 "oom": slot is not None and "memory" in slot.paths,
+                                "network": share_network,
                             }
                         ),
                         *procs_files,
@@ -231,6 +239,8 @@ class Launcher:
             if not isinstance(message.get("ready"), int):
                 raise LauncherUnavailable(f"a launcher refused to start: {message.get('error')}")
             launcher.pid = message["ready"]
+            launcher.shared_network = message.get("network") is True
+            launcher.network_refused = str(message.get("refused") or "")
         except BaseException as exc:
             launcher.close()
             if isinstance(exc, LauncherLost):
@@ -283,9 +293,12 @@ class Launcher:
         args_fd: int,
         seccomp_fd: int,
         cpu_seconds: tuple[int, int] | None = None,
+        share_net: bool = False,
     ) -> LaunchedChild:
         """Start `argv` in the slot: `out_fd` at 1 and 2, the memfds at ARGS_FD and SECCOMP_FD;
-        RLIMIT_CPU (soft, hard) set on the child alone (`_spawn`) if `cpu_seconds`."""
+        RLIMIT_CPU (soft, hard) set on the child alone (`_spawn`) if `cpu_seconds`;
+        `share_net`: argv is a bwrap with --share-net, to start in the launcher's
+        network namespace once that is free and empty."""
         encoded = [os.fsencode(a) for a in argv]  # UnicodeEncodeError (ValueError) here, as Popen
         if any(b"\0" in a for a in encoded):
             raise ValueError("embedded null byte")
@@ -297,6 +310,7 @@ class Launcher:
             },
             "stdin": stdin_fd is not None,
             "cpu_seconds": list(cpu_seconds) if cpu_seconds is not None else None,
+            "share_net": share_net,
         }
         fds = [out_fd, args_fd, seccomp_fd, *([stdin_fd] if stdin_fd is not None else [])]
         data = json.dumps(request).encode()

@@ -36,10 +36,18 @@ class LauncherPool:
     launchers, and it refuses to serve if used from another pid anyway.
     """
 
-    def __init__(self, cgroups: CgroupSupport, identity: SandboxIdentity | None = None) -> None:
+    def __init__(
+        self,
+        cgroups: CgroupSupport,
+        identity: SandboxIdentity | None = None,
+        *,
+        share_network: bool = False,
+    ) -> None:
         self.cgroups = cgroups
         #: Whom its launchers serve as (None: the worker's own ids).
         self.identity = identity
+        #: Each launcher runs its calls in a network namespace of its own (`launcher_network.py`).
+        self.share_network = share_network
         self.owner = os.getpid()
         self._lock = threading.Lock()
         self._free: list[Launcher] = []  # most recently given back last
@@ -57,7 +65,12 @@ class LauncherPool:
             )
         try:
             return Launcher.start(
-                slot, rlimits, self.identity, memory_bytes=memory_bytes, cpu_limit=cpu_limit
+                slot,
+                rlimits,
+                self.identity,
+                memory_bytes=memory_bytes,
+                cpu_limit=cpu_limit,
+                share_network=self.share_network,
             )
         except BaseException:
             if slot is not None:

@@ -3,10 +3,11 @@
 An AF_UNIX SOCK_SEQPACKET pair: one JSON message per datagram, fds passed as
 SCM_RIGHTS. One call at a time per launcher:
 
-- launcher -> worker, once at start: {"ready": pid} (or {"error": why});
-- worker -> launcher: a request {"argv", "env", "stdin", "cpu_seconds"} with the fds [output
-  write end, bwrap --args memfd, --seccomp memfd, (stdin read end)] (a request
-  too large for one datagram travels in a memfd: {"in_fd": true});
+- launcher -> worker, once at start: {"ready": pid, "network": bool, "refused": why}
+  (or {"error": why});
+- worker -> launcher: a request {"argv", "env", "stdin", "cpu_seconds", "share_net"}
+  with the fds [output write end, bwrap --args memfd, --seccomp memfd, (stdin read
+  end)] (a request too large for one datagram travels in a memfd: {"in_fd": true});
 - launcher -> worker: {"pid": N} with a pidfd of the child (or {"error": why}),
   then {"exit": returncode, "cpu": seconds} once it is reaped (negative: killed
   by that signal, as `subprocess` reports it; cpu: its tree's CPU time);

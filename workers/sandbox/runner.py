@@ -82,6 +82,7 @@ from workers.sandbox.call_results import (
 from workers.sandbox.call_spawn import CallSpawner
 from workers.sandbox.cgroup import CallCgroup, CgroupSettings, CgroupSupport
 from workers.sandbox.launcher_client import Launcher, LauncherUnavailable
+from workers.sandbox.launcher_network import ENV_SANDBOX_NETWORK, network_mode
 from workers.sandbox.launcher_pool import LauncherPool
 from workers.sandbox.limits import MIB, Limits, restrict_worker_msgqueue
 from workers.sandbox.outbox import DEFAULT_OUTBOX_CAP_BYTES, collect_outbox, ensure_mount_point
@@ -131,11 +132,16 @@ class SandboxRunner:
         outbox_cap_bytes: int = DEFAULT_OUTBOX_CAP_BYTES,
         cgroups: CgroupSettings | None = None,
         launchers: bool = True,
+        network: str | None = None,
     ) -> None:
         self.workspaces = workspaces
         self.output_hard_cap_bytes = output_hard_cap_bytes
         self.outbox_cap_bytes = outbox_cap_bytes
         self.cgroup_settings = cgroups if cgroups is not None else CgroupSettings.from_env()
+        #: `slot` or `per-call` (`$VESSEL_SANDBOX_NETWORK`, `launcher_network.py`).
+        self.network_setting = network_mode(
+            os.environ if network is None else {ENV_SANDBOX_NETWORK: network}
+        )
         #: Whose host uid every call runs as (never 0): the workspaces' owner.
         self.identity = workspaces.identity
         self._bwrap = shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
@@ -174,12 +180,16 @@ class SandboxRunner:
         #: Why the direct path is in force (None: launchers, or not asked for).
         self._direct_because: str | None = None if launchers else "launchers=False"
         self._warned_no_launcher = False
+        #: Calls run in their launcher's network namespace (False: bwrap's, per call).
+        self._shared_network = False
         if launchers and self._bwrap is not None and self._msgqueue_ok:
             self._start_launchers()
 
     def _start_launchers(self) -> None:
         """Start the first launcher now: it proves the path works and serves the first call."""
-        pool = LauncherPool(self._cgroups, self.identity)
+        pool = LauncherPool(
+            self._cgroups, self.identity, share_network=self.network_setting == "slot"
+        )
         try:
             # The default agent settings' limits: the launcher most calls can reuse.
             first = pool.take(
@@ -194,6 +204,13 @@ class SandboxRunner:
             pool.close()
             self._direct_because = "the launcher pool refused its first call"
             return
+        if first.network_refused:
+            _log.warning(
+                "sandbox: slot launchers cannot make a network namespace (%s): "
+                "bwrap makes one per call",
+                first.network_refused,
+            )
+        self._shared_network = first.shared_network
         pool.give(first)
         self._launchers = pool
         # A runner dropped without close() (a probe's) still stops its launchers.
@@ -240,6 +257,15 @@ class SandboxRunner:
         else:
             path = f"via the sh wrapper ({self._direct_because or 'no sandbox'})"
         return f"{mode} {path}; calls run as {self.identity.describe()}"
+
+    @property
+    def network_mode(self) -> str:
+        """What is in force, for the start-up log."""
+        if self._launchers is not None and self._shared_network:
+            return "slot: one empty namespace per slot launcher, its calls one after another"
+        if self.network_setting == "slot":
+            return "per-call (bwrap's, loopback up): the slot launchers could not make one"
+        return "per-call (bwrap's, loopback up)"
 
     def _stage_now(self) -> None:
         """Build the stage at start-up: copying the certificates takes ~60 ms, which

@@ -35,11 +35,18 @@ The process is isolated (`-I`), with no site-packages (`-S`): standard-library
 imports only, so it starts fast and stays small (about 11 MB RSS, most of it
 shared with any Python). Run as a script, it puts the folder holding the
 `workers` package on sys.path (last, after the standard library) for its
-three sibling modules, which import nothing else either.
+four sibling modules, which import nothing else either.
 
 Started as `slot_launcher.py FD RLIMITS_JSON IDENTITY_JSON [CGROUP_PROCS_FILE...]`,
-IDENTITY_JSON `{"uid": N or null, "gid": N or null, "oom": true or false}`:
-whom to drop to (null: stay) and whether to favour children as OOM victims.
+IDENTITY_JSON `{"uid": N or null, "gid": N or null, "oom": true or false, "network":
+true or false}`: whom to drop to (null: stay), whether to favour children as OOM
+victims, whether to make the calls' network namespace.
+
+Asked to (IDENTITY_JSON's "network": true), the launcher moves into an empty
+network namespace of its own after the uid drop, and a request with "share_net"
+(a bwrap with --share-net) starts there once the previous call is gone and the
+namespace is empty, or in a new one (`launcher_network.py`). The ready message
+says whether it could ({"ready": pid, "network": bool, "refused": why}).
 
 On EOF (the worker closed the socket or died) the launcher kills its child's
 group, reaps it, moves itself back to the parent cgroups, removes its slot
@@ -67,11 +74,13 @@ if __name__ == "__main__":  # a script under -I -S: its package's root is not on
 from workers.sandbox.launcher_children import (
     OomBias,
     become_subreaper,
+    children_left,
     kill_group,
     reap,
     reap_rest,
     spawn_child,
 )
+from workers.sandbox.launcher_network import CallNetwork
 from workers.sandbox.launcher_placement import (
     drop_to,
     fork_keeper,
@@ -87,6 +96,9 @@ __all__ = ["main", "serve"]
 _REAP_REST_SECONDS = 0.25
 #: Memory the launcher must be able to allocate under the calls' RLIMIT_DATA.
 _HEADROOM_BYTES = 8 * 1024 * 1024
+#: Before a call in the shared network namespace: how long the previous call's
+#: processes may take to go (its pid-namespace init exits just after bwrap).
+_SETTLE_SECONDS = 0.05
 
 
 def serve(
@@ -117,6 +129,13 @@ def serve(
             oom = OomBias()
         if identity.get("uid") is not None:
             drop_to(int(identity["uid"]), int(identity["gid"]))
+        network: CallNetwork | None = None
+        network_refused = ""
+        if identity.get("network"):
+            try:
+                network = CallNetwork.enter()
+            except OSError as exc:  # no user namespaces for this process: bwrap's per call
+                network_refused = f"{type(exc).__name__}: {exc}"
         set_own_rlimits(rlimits)
         # The launcher lives under the calls' RLIMIT_DATA too: make sure it has room.
         headroom = bytearray(_HEADROOM_BYTES)
@@ -124,7 +143,7 @@ def serve(
     except (OSError, ValueError, AttributeError, MemoryError) as exc:
         send(sock, {"error": f"{type(exc).__name__}: {exc}"})
         return
-    send(sock, {"ready": os.getpid()})
+    send(sock, {"ready": os.getpid(), "network": network is not None, "refused": network_refused})
     pid = -1  # the call's child while it is not reaped
     call_cpu = 0.0  # CPU seconds of what this call's processes reaped so far
     try:
@@ -158,6 +177,9 @@ def serve(
                     send(sock, {"error": "launcher busy or request without its fds"})
                     continue
                 try:
+                    if network is not None and request.get("share_net"):
+                        reap_rest(wake_r, _SETTLE_SECONDS)  # the previous call's last processes
+                        network.ready_for_call(children_gone=not children_left())
                     pid = spawn_child(request, fds, oom)
                     call_cpu = 0.0
                 except (OSError, ValueError) as exc:
