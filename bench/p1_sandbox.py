@@ -23,7 +23,7 @@ from bench.baselines import SandboxLayout, bare_run, raw_bwrap_run, raw_bwrap_se
 from bench.context import Context
 from bench.deployment import TOOL_ECHO, TOOL_TRUE, write_package
 from bench.report import Goal, Row
-from bench.turns import WrongResult, in_turns
+from bench.turns import PAUSE_SECONDS, WrongResult, in_turns
 
 __all__ = ["GOAL", "run"]
 
@@ -160,8 +160,15 @@ def run(ctx: Context) -> list[Row]:
         echo_contenders["runner_off"] = lambda: ours(
             TOOL_ECHO, _ECHO_ARGUMENTS, expected, runner_off
         )
-    true_turns = in_turns(true_contenders, iterations=iterations_true, warmup=warmup)
-    echo_turns = in_turns(echo_contenders, iterations=iterations_echo, warmup=max(3, warmup // 3))
+    true_turns = in_turns(
+        true_contenders, iterations=iterations_true, warmup=warmup, pause_seconds=PAUSE_SECONDS
+    )
+    echo_turns = in_turns(
+        echo_contenders,
+        iterations=iterations_echo,
+        warmup=max(3, warmup // 3),
+        pause_seconds=PAUSE_SECONDS,
+    )
 
     rows = []
     for label, turns in (("/bin/true", true_turns), ("python tool", echo_turns)):

@@ -34,7 +34,7 @@ from bench.deployment import TOOL_ONE, TOOL_PING, TOOL_TRUE
 from bench.ours import NotAvailable, require_parts
 from bench.report import Goal, Row
 from bench.stack import WORKER_SPECS, cluster_of
-from bench.turns import WrongResult, in_turns
+from bench.turns import PAUSE_SECONDS, WrongResult, in_turns
 
 __all__ = ["GOAL", "GOAL_PLUGIN", "plugin_row", "run"]
 
@@ -126,6 +126,7 @@ def _declared_and_service(ctx: Context) -> list[Row]:
         },
         iterations=iterations,
         warmup=warmup,
+        pause_seconds=PAUSE_SECONDS,
     )
     specs = {k: f"{s.pool} x{s.concurrency}" for k, s in WORKER_SPECS.items()}
 

@@ -4,6 +4,12 @@ Interleaving puts the baseline and ours under the same machine conditions
 (other tenants, CPU frequency, page cache) instead of measuring one after the
 other; rotating the order removes any advantage of going first. Warm-up
 iterations run the same way and are discarded.
+
+`pause_seconds` (one-at-a-time modes: `PAUSE_SECONDS`): an untimed pause after
+every call, so that work a call leaves running once its result is back (a
+sandbox worker starting the next call's sandbox ahead, docs/declared-tools.md)
+never runs during another contender's call, and each call starts on an idle
+machine, as "one at a time" says.
 """
 
 from __future__ import annotations
@@ -12,10 +18,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["MAX_ERRORS_KEPT", "Turns", "WrongResult", "in_turns"]
+__all__ = ["MAX_ERRORS_KEPT", "PAUSE_SECONDS", "Turns", "WrongResult", "in_turns"]
 
 #: A broken mode fails every call: keep a few messages, count the rest.
 MAX_ERRORS_KEPT = 5
+#: The one-at-a-time modes' pause after each call: bwrap's start is ~3-8 ms here.
+PAUSE_SECONDS = 0.01
 
 
 class WrongResult(Exception):
@@ -46,7 +54,11 @@ class Turns:
 
 
 def in_turns(
-    contenders: Mapping[str, Callable[[], object]], *, iterations: int, warmup: int
+    contenders: Mapping[str, Callable[[], object]],
+    *,
+    iterations: int,
+    warmup: int,
+    pause_seconds: float = 0.0,
 ) -> Turns:
     """Each contender raises `WrongResult` (or anything) on a wrong result."""
     names = list(contenders)
@@ -63,4 +75,6 @@ def in_turns(
             elapsed_ms = (time.perf_counter() - started) * 1000
             if i >= warmup:
                 turns.samples[name].append(elapsed_ms)
+            if pause_seconds:
+                time.sleep(pause_seconds)
     return turns

@@ -62,6 +62,7 @@ def build_executor(
         sandbox = SandboxRunner(workspaces)
         _log.info("sandbox: VESSEL_SANDBOX_CGROUPS in force: %s", sandbox.cgroup_mode)
         _log.info("sandbox: VESSEL_SANDBOX_NETWORK in force: %s", sandbox.network_mode)
+        _log.info("sandbox: VESSEL_SANDBOX_STANDBY in force: %s", sandbox.standby_mode)
         return Executor(deployment, sandbox=sandbox), workspaces
     if kind == "plugin":
         from workers.plugin.host import PluginHost  # noqa: PLC0415

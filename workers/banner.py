@@ -43,6 +43,7 @@ def startup_lines(
     cgroup_mode: str | None,
     host_id: str | None,
     network_mode: str | None = None,
+    standby_mode: str | None = None,
 ) -> list[str]:
     """The `[vessel]` lines of the banner, e.g. `cgroups: per-call (pids) via slot launchers`."""
     lines = [f"kind:        {kind}"]
@@ -50,6 +51,7 @@ def startup_lines(
         lines.append("confinement: checked at start: bubblewrap + seccomp + rlimits work here")
         lines.append(f"cgroups:     {cgroup_mode or 'unknown'} (VESSEL_SANDBOX_CGROUPS)")
         lines.append(f"network:     {network_mode or 'unknown'} (VESSEL_SANDBOX_NETWORK)")
+        lines.append(f"standby:     {standby_mode or 'unknown'} (VESSEL_SANDBOX_STANDBY)")
     if host_id is not None:
         lines.append(f"host id:     {host_id} (VESSEL_HOST_ID; its home lanes end @{host_id})")
     events = (

@@ -175,6 +175,7 @@ def run_worker(deployment: Deployment, settings: Settings, options: WorkerOption
         cgroup_mode=executor.sandbox.cgroup_mode if executor.sandbox is not None else None,
         host_id=host_id,
         network_mode=executor.sandbox.network_mode if executor.sandbox is not None else None,
+        standby_mode=executor.sandbox.standby_mode if executor.sandbox is not None else None,
     )
     worker = worker_class(app, lines)(
         hostname=hostname,

@@ -130,7 +130,7 @@ def test_the_args_gate_pipe_carries_every_byte_and_sets_rlimit_cpu_first(
         os.write(memfd, b"a" * 300_000)
         os.lseek(memfd, 0, os.SEEK_SET)
         shell = "wc -c <&3; ulimit -S -t; ulimit -H -t"  # read first, as bwrap does
-        child = launcher.spawn(
+        launcher.send_spawn(
             ["/bin/sh", "-c", shell],
             env={"PATH": "/usr/bin:/bin"},
             stdin_fd=None,
@@ -139,6 +139,7 @@ def test_the_args_gate_pipe_carries_every_byte_and_sets_rlimit_cpu_first(
             seccomp_fd=seccomp_fd,
             cpu_seconds=(7, 8),
         )
+        child = launcher.spawned()
         os.close(out_w)
         out_w = -1
         assert child.wait(10) == 0

@@ -18,6 +18,16 @@
  *   5. execve of the tool's command, searched in $PATH when it has no '/';
  *      "cannot run 'X': <reason>" and exit 127 (not found) or 126 otherwise.
  *
+ * Started as `landlock-exec --vessel-standby` (a standby sandbox, standby.py),
+ * it first waits for its command on fd 5: its length (8 bytes, native order),
+ * then that many bytes of NUL-terminated arguments (at most STANDBY_BYTES and
+ * STANDBY_ARGS); it closes fd 5 and goes on as if started with them. Nothing
+ * but this read happens before the command comes: the signals, the Landlock
+ * domain and the environment rule are applied after it, as for any call. The
+ * pipe closed before a whole command came (the standby is not wanted) exits 0
+ * and says nothing. The length, not the pipe's end, says where the command
+ * ends: a forked copy of the worker may hold the pipe's write end too.
+ *
  * Why not perl: its start costs ~2 ms of CPU a call, this one ~0.1 ms
  * (bench/prefix_cost.py checks it inside bwrap against the Perl prefix and
  * times both). Built by `python -m workers.sandbox.command_prefix` (cc -static
@@ -55,6 +65,7 @@ static long sys6(long n, long a, long b, long c, long d, long e, long f) {
 __asm__(".text\n.global _start\n_start:\n xor %rbp, %rbp\n mov %rsp, %rdi\n"
         " and $-16, %rsp\n call start_c\n hlt\n");
 #elif defined(__aarch64__)
+#define SYS_read 63
 #define SYS_write 64
 #define SYS_close 57
 #define SYS_openat 56
@@ -116,6 +127,14 @@ struct sockaddr_un {
 };
 
 static const char REPORT_FLAG[] = "--vessel-landlock-report";
+static const char STANDBY_FLAG[] = "--vessel-standby";
+#define STANDBY_FD 5
+/* The largest command a standby takes (bytes with their NULs, and arguments):
+ * the worker starts a larger one the usual way (standby.py's limits match). */
+#define STANDBY_BYTES (256 * 1024)
+#define STANDBY_ARGS 8192
+static char standby_buf[STANDBY_BYTES];
+static char *standby_argv[STANDBY_ARGS + 1];
 
 static long len(const char *s) {
   long n = 0;
@@ -280,11 +299,42 @@ static void exec_search(char **argv, char **envp) {
   cannot_run(cmd, denied && err == 2 ? 13 : err);
 }
 
+/* Exactly `n` bytes of fd 5 into `buf`; a short read (the pipe closed) exits 0. */
+static void read_exactly(char *buf, long n) {
+  for (long at = 0; at < n;) {
+    long r = sys(SYS_read, STANDBY_FD, buf + at, n - at);
+    if (r == -4) continue; /* EINTR */
+    if (r < 0) cannot_run("", -r);
+    if (r == 0) sys(SYS_exit, 0, 0, 0);
+    at += r;
+  }
+}
+
+/* A standby's command: its length, then its NUL-terminated arguments (see the top). */
+static long read_standby(char ***argv_out) {
+  u64 n = 0;
+  read_exactly((char *)&n, sizeof n);
+  if (n == 0 || n > STANDBY_BYTES) cannot_run("", 7); /* E2BIG: the worker never sends one */
+  read_exactly(standby_buf, (long)n);
+  sys(SYS_close, STANDBY_FD, 0, 0);
+  if (standby_buf[n - 1]) cannot_run("", 7);
+  long argc = 0;
+  for (u64 at = 0; at < n; argc++) {
+    if (argc == STANDBY_ARGS) cannot_run("", 7);
+    standby_argv[argc] = standby_buf + at;
+    at += len(standby_buf + at) + 1;
+  }
+  standby_argv[argc] = 0;
+  *argv_out = standby_argv;
+  return argc;
+}
+
 __attribute__((used)) void start_c(long *sp) {
   long argc = sp[0];
   char **argv = (char **)(sp + 1);
   char **envp = argv + argc + 1;
   argv++, argc--;
+  if (argc == 1 && same(argv[0], STANDBY_FLAG)) argc = read_standby(&argv);
   default_signals();
   if (argc < 1) cannot_run("", 2);
   int reporting = same(argv[0], REPORT_FLAG);

@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from workers.sandbox.launcher_protocol import ARGS_FD, SECCOMP_FD
+from workers.sandbox.launcher_protocol import ARGS_FD, SECCOMP_FD, STANDBY_FD
 
 __all__ = [
     "OomBias",
@@ -77,7 +77,8 @@ def spawn_child(request: Mapping[str, Any], fds: list[int], oom: OomBias | None 
     """posix_spawn the call's command (vfork: no Python runs in the child); its pid.
 
     The child gets: stdin (or /dev/null) at 0, the output at 1 and 2, the memfds
-    at ARGS_FD and SECCOMP_FD, nothing else (every fd of the launcher is
+    at ARGS_FD and SECCOMP_FD, a standby's command pipe at STANDBY_FD ("standby"
+    in the request), nothing else (every fd of the launcher is
     close-on-exec); its own session; default signal dispositions, an empty
     mask; the launcher's rlimits and cwd (/). Raises OSError if it cannot exec.
 
@@ -89,7 +90,7 @@ def spawn_child(request: Mapping[str, Any], fds: list[int], oom: OomBias | None 
     before it creates anything.
     """
     cpu = request.get("cpu_seconds")
-    # Sources clear of 0..4 first: a received fd may sit on a target number.
+    # Sources clear of 0..5 first: a received fd may sit on a target number.
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD) for fd in fds]
     gate_r = gate_w = -1
     try:
@@ -106,6 +107,8 @@ def spawn_child(request: Mapping[str, Any], fds: list[int], oom: OomBias | None 
             actions.append((os.POSIX_SPAWN_DUP2, high[3], 0))
         else:
             actions.append((os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0))
+        if request.get("standby"):  # the command pipe, last: the prefix reads it at fd 5
+            actions.append((os.POSIX_SPAWN_DUP2, high[-1], STANDBY_FD))
         argv = [a.encode("latin-1") for a in request["argv"]]
         env = {k.encode("latin-1"): v.encode("latin-1") for k, v in request["env"].items()}
         if oom is not None:

@@ -3,9 +3,10 @@ call, read the call's exit, stop it.
 
 `Launcher.start` runs the launcher script in a new session with the slot's
 cgroup.procs files, the calls' rlimits and whom to drop to, and waits for its
-{"ready"}; `Launcher.spawn` sends one call's argv, environment and fds
-(`launcher_protocol.py`) and returns a `LaunchedChild`, the `process.Child` that
-`process.run_child` drains, times out and kills. The slot's per-call caps
+{"ready"}; `Launcher.send_spawn` sends one call's argv, environment and fds
+(`launcher_protocol.py`) and `Launcher.spawned` reads the answer, a `LaunchedChild`
+(the `process.Child` that `process.drive_child` drains, times out and kills). The
+slot's per-call caps
 (memory.limit_in_bytes, the CPU quota) are set from here between calls
 (`prepare`); `memory_failures` reads whether the call hit its memory cap.
 """
@@ -30,6 +31,7 @@ from workers.sandbox.launcher_protocol import INLINE_BYTES, Rlimits, recv_fds, s
 if TYPE_CHECKING:
     from workers.sandbox.cgroup import CallCgroup
     from workers.sandbox.identity import SandboxIdentity
+    from workers.sandbox.standby import Standby
 
 __all__ = ["LaunchedChild", "Launcher", "LauncherLost", "LauncherUnavailable"]
 
@@ -178,6 +180,9 @@ class Launcher:
         self._memory_bytes: int | None = None
         self._cpu_limit: float | None = None
         self._failures = 0
+        #: The sandbox started ahead for its next call, if any (`standby.py`): its child
+        #: is this launcher's, so the launcher is busy with it but free for a call.
+        self.standby: Standby | None = None
 
     @classmethod
     def start(
@@ -283,7 +288,7 @@ class Launcher:
         except (OSError, ValueError):
             return 0
 
-    def spawn(
+    def send_spawn(
         self,
         argv: Sequence[str],
         *,
@@ -294,11 +299,18 @@ class Launcher:
         seccomp_fd: int,
         cpu_seconds: tuple[int, int] | None = None,
         share_net: bool = False,
-    ) -> LaunchedChild:
-        """Start `argv` in the slot: `out_fd` at 1 and 2, the memfds at ARGS_FD and SECCOMP_FD;
-        RLIMIT_CPU (soft, hard) set on the child alone (`_spawn`) if `cpu_seconds`;
-        `share_net`: argv is a bwrap with --share-net, to start in the launcher's
-        network namespace once that is free and empty."""
+        command_fd: int | None = None,
+    ) -> None:
+        """Ask for `argv` to be started in the slot: `out_fd` at 1 and 2, the memfds at
+        ARGS_FD and SECCOMP_FD; RLIMIT_CPU (soft, hard) set on the child alone if
+        `cpu_seconds`; `share_net`: argv is a bwrap with --share-net, to start in the
+        launcher's network namespace once that is free and empty; `command_fd`: a
+        standby's command pipe (read end), at STANDBY_FD in the child (`standby.py`).
+
+        Not waited for: the launcher starts the child while the caller goes on, and
+        `spawned` reads its answer. The fds are in flight once this returns: the
+        caller may close its own. A standby's request has the launcher reap what is
+        left of the previous call first, so the slot is empty."""
         encoded = [os.fsencode(a) for a in argv]  # UnicodeEncodeError (ValueError) here, as Popen
         if any(b"\0" in a for a in encoded):
             raise ValueError("embedded null byte")
@@ -311,8 +323,11 @@ class Launcher:
             "stdin": stdin_fd is not None,
             "cpu_seconds": list(cpu_seconds) if cpu_seconds is not None else None,
             "share_net": share_net,
+            "standby": command_fd is not None,
         }
         fds = [out_fd, args_fd, seccomp_fd, *([stdin_fd] if stdin_fd is not None else [])]
+        if command_fd is not None:
+            fds.append(command_fd)
         data = json.dumps(request).encode()
         memfd = -1
         try:
@@ -322,27 +337,45 @@ class Launcher:
                 memfd = os.memfd_create("vessel-launch", os.MFD_CLOEXEC)
                 os.write(memfd, data)
                 socket.send_fds(self.sock, [b'{"in_fd": true}'], [*fds, memfd])
-            got = _recv_now(self.sock)
-        except LauncherLost:
-            self.broken = True
-            raise
         except OSError as exc:
             self.broken = True
             raise LauncherLost(f"launcher lost: {exc}") from exc
         finally:
             if memfd >= 0:
                 os.close(memfd)
-        message, reply_fds = got
+        self.busy = True  # until the child's exit is read, or the request refused
+
+    def spawned(self) -> LaunchedChild:
+        """The answer to `send_spawn`: the child, or OSError (LauncherLost if the
+        launcher is gone)."""
+        try:
+            message, reply_fds = _recv_now(self.sock)
+        except LauncherLost:
+            self.broken = True
+            raise
         if not isinstance(message.get("pid"), int) or len(reply_fds) != 1:
             for fd in reply_fds:
                 os.close(fd)
+            self.busy = False
             raise OSError(f"launcher: {message.get('error', message)}")
-        self.busy = True
         return LaunchedChild(self, message["pid"], reply_fds[0])
 
     def alive(self) -> bool:
-        """True unless the launcher died, broke the protocol or has an exit left unread."""
-        return not self.broken and not self.busy and self.process.poll() is None
+        """True unless the launcher died, broke the protocol or has an exit left unread
+        (a standby's child is not a call's: a launcher holding one is free for a call)."""
+        if self.broken or (self.busy and self.standby is None):
+            return False
+        return self.process.poll() is None
+
+    def has_message(self) -> bool:
+        """True if the launcher sent something not read yet (a standby's exit)."""
+        ready, _, _ = select.select([self.sock], [], [], 0)
+        return bool(ready)
+
+    def drop_standby(self) -> None:
+        """Kill its standby, if it holds one (`Standby.discard`)."""
+        if self.standby is not None:
+            self.standby.discard()
 
     def settled(self) -> bool:
         """True once the slot holds no process but the launcher (bounded wait).
@@ -350,8 +383,8 @@ class Launcher:
         The previous call's bwrap is reaped before its exit is reported; its
         pid-namespace init, orphaned, is reaped by the launcher a moment later.
         """
-        if self.slot is None or "pids" not in self.slot.paths:
-            return True
+        if self.slot is None or "pids" not in self.slot.paths or self.standby is not None:
+            return True  # a standby was started only once the slot was empty
         end = time.monotonic() + _EMPTY_SLOT_SECONDS
         delay = 0.0002
         while True:
@@ -367,6 +400,7 @@ class Launcher:
 
     def close(self) -> None:
         """Stop the launcher (EOF on its socket, SIGKILL if it lingers) and remove its slot."""
+        self.drop_standby()
         self.sock.close()
         try:
             self.process.wait(timeout=_CLOSE_SECONDS)
@@ -378,4 +412,7 @@ class Launcher:
 
     def abandon(self) -> None:
         """In a forked child: drop this process's copy of the socket, nothing else."""
+        if self.standby is not None:
+            self.standby.abandon()
+            self.standby = None
         self.sock.close()

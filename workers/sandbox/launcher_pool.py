@@ -12,17 +12,22 @@ import os
 import resource
 import threading
 import weakref
+from collections.abc import Hashable
 
 from workers.sandbox.cgroup import PIDS_MAX, CgroupSupport
 from workers.sandbox.identity import SandboxIdentity
 from workers.sandbox.launcher_client import Launcher
 from workers.sandbox.launcher_protocol import Rlimits
 
-__all__ = ["MIN_DATA_BYTES", "LauncherPool"]
+__all__ = ["MAX_STANDBYS", "MIN_DATA_BYTES", "LauncherPool"]
 
 #: Calls with a smaller RLIMIT_DATA (memory_limit_mb) take the direct path: a
 #: launcher (about 10 MB of Python) would not fit under it with room to spare.
 MIN_DATA_BYTES = 32 * 1024 * 1024
+#: Free launchers holding a standby (`standby.py`) kept while a call that fits none of
+#: them starts a launcher of its own: calls of a few agents or turns interleaved keep
+#: theirs instead of killing each other's; past it, the call takes one and kills its.
+MAX_STANDBYS = 4
 
 
 class LauncherPool:
@@ -78,12 +83,22 @@ class LauncherPool:
             raise
 
     def take(
-        self, memory_bytes: int, rlimits: Rlimits, cpu_limit: float | None = None
+        self,
+        memory_bytes: int,
+        rlimits: Rlimits,
+        cpu_limit: float | None = None,
+        *,
+        standby_key: Hashable | None = None,
     ) -> Launcher | None:
         """A free launcher with `rlimits` (a new one if none is), its slot empty, its
         memory capped at `memory_bytes` and its CPU at `cpu_limit` cores (None: left as
         it is); None if the pool is closed or not this process's,
         or if RLIMIT_DATA is below MIN_DATA_BYTES.
+
+        One holding a standby with `standby_key` (`standby.py`) is taken first, its
+        standby kept; then one holding none; if every fitting one holds another's,
+        a new one is started while fewer than MAX_STANDBYS stand by, else the most
+        recent is taken and its standby killed.
 
         Raises LauncherUnavailable or OSError if a new one cannot be made.
         """
@@ -96,10 +111,26 @@ class LauncherPool:
             with self._lock:
                 if self._closed:
                     return None
-                launcher = next(
-                    (each for each in reversed(self._free) if each.rlimits == rlimits), None
+                fitting = [each for each in reversed(self._free) if each.rlimits == rlimits]
+                # Its standby fits the call; else none to kill; else the most recent.
+                launcher = min(
+                    fitting,
+                    key=lambda each: (
+                        0
+                        if each.standby is not None and each.standby.key == standby_key
+                        else 1
+                        if each.standby is None
+                        else 2
+                    ),
+                    default=None,
                 )
-                if launcher is not None:
+                if (
+                    launcher is not None
+                    and _stands_by_for_others(launcher, standby_key)
+                    and sum(each.standby is not None for each in self._free) < MAX_STANDBYS
+                ):
+                    launcher = None  # every fitting one stands by for other calls: keep them
+                elif launcher is not None:
                     self._free.remove(launcher)
                 elif self._free:
                     idle = self._free.pop(0)  # the longest idle, of other limits
@@ -107,6 +138,8 @@ class LauncherPool:
                 self._retire(idle)
             if launcher is None:
                 break
+            if _stands_by_for_others(launcher, standby_key):
+                launcher.drop_standby()
             try:
                 if launcher.settled():
                     launcher.prepare(memory_bytes, cpu_limit)
@@ -153,6 +186,10 @@ class LauncherPool:
         # Kept referenced: a collected Popen of the parent's would warn "still running".
         self._abandoned = [*self._all, *self._free]
         self._all, self._free = set(), []
+
+
+def _stands_by_for_others(launcher: Launcher, key: Hashable | None) -> bool:
+    return launcher.standby is not None and launcher.standby.key != key
 
 
 _POOLS: weakref.WeakSet[LauncherPool] | None = None

@@ -5,9 +5,10 @@ SCM_RIGHTS. One call at a time per launcher:
 
 - launcher -> worker, once at start: {"ready": pid, "network": bool, "refused": why}
   (or {"error": why});
-- worker -> launcher: a request {"argv", "env", "stdin", "cpu_seconds", "share_net"}
-  with the fds [output write end, bwrap --args memfd, --seccomp memfd, (stdin read
-  end)] (a request too large for one datagram travels in a memfd: {"in_fd": true});
+- worker -> launcher: a request {"argv", "env", "stdin", "cpu_seconds", "share_net",
+  "standby"} with the fds [output write end, bwrap --args memfd, --seccomp memfd,
+  (stdin read end), (a standby's command pipe, read end: at STANDBY_FD in the
+  child)] (a request too large for one datagram travels in a memfd: {"in_fd": true});
 - launcher -> worker: {"pid": N} with a pidfd of the child (or {"error": why}),
   then {"exit": returncode, "cpu": seconds} once it is reaped (negative: killed
   by that signal, as `subprocess` reports it; cpu: its tree's CPU time);
@@ -31,6 +32,7 @@ __all__ = [
     "ARGS_FD",
     "INLINE_BYTES",
     "SECCOMP_FD",
+    "STANDBY_FD",
     "Rlimits",
     "read_request",
     "recv_fds",
@@ -43,6 +45,8 @@ Rlimits = tuple[tuple[int, int], ...]
 #: Where the child finds bwrap's --args memfd and its --seccomp memfd.
 ARGS_FD = 3
 SECCOMP_FD = 4
+#: Where a standby sandbox's prefix reads its command from (`standby.py`).
+STANDBY_FD = 5
 #: Largest datagram sent as is; a larger request travels in a memfd.
 INLINE_BYTES = 64 * 1024
 _RECV_BYTES = INLINE_BYTES + 1024

@@ -47,9 +47,11 @@ __all__ = [
     "PopenChild",
     "Reason",
     "Spawn",
+    "drive_child",
     "kill_tree",
     "run_child",
     "run_process",
+    "start_child",
 ]
 
 #: Longest the loop sleeps: how soon a cancel is noticed.
@@ -231,11 +233,28 @@ def run_child(
     Raises OSError if the process cannot be started, or if its launcher is lost
     mid-call (after killing what is left of it).
     """
+    child, out_fd, in_fd = start_child(spawn, with_stdin=stdin is not None)
+    return drive_child(
+        child,
+        out_fd,
+        in_fd,
+        stdin=stdin,
+        timeout=timeout,
+        keep_chars=keep_chars,
+        hard_cap_bytes=hard_cap_bytes,
+        cancel=cancel,
+        watch=watch,
+    )
+
+
+def start_child(spawn: Spawn, *, with_stdin: bool) -> tuple[Child, int, int | None]:
+    """What `spawn` starts, with the read end of its output pipe and the write end
+    of its stdin pipe (None: its stdin is /dev/null); OSError if it cannot start."""
     out_fd, child_out = os.pipe2(os.O_CLOEXEC)
     in_fd: int | None = None
     child_in: int | None = None
     try:
-        if stdin is not None:
+        if with_stdin:
             child_in, in_fd = os.pipe2(os.O_CLOEXEC)
         child = spawn(child_in, child_out)
     except BaseException:
@@ -248,6 +267,23 @@ def run_child(
         os.close(child_out)
         if child_in is not None:
             os.close(child_in)
+    return child, out_fd, in_fd
+
+
+def drive_child(
+    child: Child,
+    out_fd: int,
+    in_fd: int | None,
+    *,
+    stdin: bytes | None,
+    timeout: float,
+    keep_chars: int,
+    hard_cap_bytes: int,
+    cancel: threading.Event | None = None,
+    watch: Callable[[], bool] | None = None,
+) -> Finished:
+    """`run_child`'s loop over a started child (`start_child`, or a standby's): it
+    owns `out_fd` and `in_fd` from here and closes both."""
     deadline = time.monotonic() + timeout
     out = _Collector(keep_chars)
     os.set_blocking(out_fd, False)

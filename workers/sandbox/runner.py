@@ -33,6 +33,10 @@ mounts must be readable by that uid; a call whose are not gets a clear error
 (`reachable.py`), not bwrap's. A worker that is not root runs calls as
 itself, as before.
 
+After a call, its launcher may start the next like call's bwrap at once (a
+standby, `standby.py`; `$VESSEL_SANDBOX_STANDBY`): that call then writes its
+command to the static prefix waiting in it, and bwrap's set-up is off its path.
+
 What each call binds at /.vessel (the staged /etc, a copy of the static
 prefix) is one folder per worker process, built when the runner starts (not on
 its first call), renewed when the host's certificates or the prefix change
@@ -51,12 +55,14 @@ and removes their slot cgroups.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import shutil
 import threading
 import time
 import weakref
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +93,12 @@ from workers.sandbox.launcher_pool import LauncherPool
 from workers.sandbox.limits import MIB, Limits, restrict_worker_msgqueue
 from workers.sandbox.outbox import DEFAULT_OUTBOX_CAP_BYTES, collect_outbox, ensure_mount_point
 from workers.sandbox.reachable import ReachabilityCheck
+from workers.sandbox.standby import (
+    ENV_SANDBOX_STANDBY,
+    Standby,
+    prefix_takes_standby,
+    standby_mode,
+)
 from workers.sandbox.system_stage import SystemStage
 from workers.sandbox.watchdog import WorkspaceWatch
 from workers.sandbox.workspace import OUTBOX_NAME, WorkspaceStore
@@ -106,6 +118,14 @@ __all__ = [
 DEFAULT_OUTPUT_HARD_CAP_BYTES = 64 * 1024 * 1024
 
 _log = logging.getLogger(__name__)
+#: Where the stage sits in a standby's key (`SandboxRunner._standby_key`).
+_KEY_STAGE = 4
+#: A standby is started after a call whose key was that of at least `_SEEN_BEFORE` of
+#: this process's `_RECENT_KEYS` calls before it: one agent's calls in a row, or two
+#: kinds interleaved, get one; calls spread over many turns (where a key seen once
+#: among four is chance, and its standby would mostly be killed unused) do not.
+_RECENT_KEYS = 4
+_SEEN_BEFORE = 2
 
 
 def _default_limits() -> Limits:
@@ -133,6 +153,7 @@ class SandboxRunner:
         cgroups: CgroupSettings | None = None,
         launchers: bool = True,
         network: str | None = None,
+        standby: str | None = None,
     ) -> None:
         self.workspaces = workspaces
         self.output_hard_cap_bytes = output_hard_cap_bytes
@@ -148,6 +169,13 @@ class SandboxRunner:
         #: What bwrap executes first: the static Landlock prefix, or Perl's
         #: (`command_prefix.py`; ValueError if VESSEL_LANDLOCK_EXEC names no executable).
         self._prefix = command_prefix.choose()
+        #: `on` or `off` (`$VESSEL_SANDBOX_STANDBY`, `standby.py`).
+        self.standby_setting = standby_mode(
+            os.environ if standby is None else {ENV_SANDBOX_STANDBY: standby}
+        )
+        #: Calls may find their sandbox started ahead (`standby.py`): asked for, and the
+        #: static prefix knows how (Perl's does not).
+        self._standbys = self.standby_setting == "on" and prefix_takes_standby(self._prefix.binary)
         #: Starts each call's bwrap (None: no bwrap here, every call says so).
         self._spawner = (
             CallSpawner(
@@ -175,6 +203,13 @@ class SandboxRunner:
         if self._spawner is not None:
             self._stage_now()
         self._lock = threading.Lock()
+        #: Calls that found their sandbox started ahead (`standby.py`), in this process.
+        self.standby_calls = 0
+        #: The standby keys of this process's last calls: a standby is started only for
+        #: a key seen again, not for every agent of a mix.
+        self._recent_keys: collections.deque[tuple[Hashable, ...]] = collections.deque(
+            maxlen=_RECENT_KEYS
+        )
         #: The slot launchers of this process; None: the direct path only.
         self._launchers: LauncherPool | None = None
         #: Why the direct path is in force (None: launchers, or not asked for).
@@ -267,6 +302,20 @@ class SandboxRunner:
             return "per-call (bwrap's, loopback up): the slot launchers could not make one"
         return "per-call (bwrap's, loopback up)"
 
+    @property
+    def standby_mode(self) -> str:
+        """What is in force, for the start-up log."""
+        if self._standbys and self._launchers is not None:
+            return (
+                "on: after three like calls close together (an agent's, or a turn's), the "
+                "next one's sandbox is started ahead"
+            )
+        if self.standby_setting == "off":
+            return "off"
+        if self._launchers is None:
+            return "off: no slot launchers (the direct path starts every sandbox at its call)"
+        return f"off: {self._prefix.describe or self._prefix.program} cannot wait for a command"
+
     def _stage_now(self) -> None:
         """Build the stage at start-up: copying the certificates takes ~60 ms, which
         the worker's first call would otherwise wait for."""
@@ -325,12 +374,6 @@ class SandboxRunner:
             refused = self._reachable.refusal(agent)
             if refused is not None:
                 return result(is_error=True, output=refused, outcome="error")
-        try:
-            workspace = self.workspaces.for_turn(agent.id, turn)
-        except (OSError, ValueError) as exc:
-            return result(
-                is_error=True, output=f"[sandbox error: workspace: {exc}]", outcome="error"
-            )
         settings = agent.settings
         memory_bytes = settings.memory_limit_mb * MIB
         limits = Limits.for_agent(settings, timeout=timeout)
@@ -339,12 +382,35 @@ class SandboxRunner:
         launcher: Launcher | None = None
         outbox_dir: Path | None = None
         stage: Path | None = None
+        # The call may find its sandbox started already (`standby.py`).
+        key = self._standby_key(agent, tool, limits, turn)
+        standby: Standby | None = None
+        taken = False
+        if key is not None:
+            pool, launcher = self._take_launcher(
+                memory_bytes, limits, settings.cpu_limit, standby_key=key
+            )
+            taken = True
+            standby = self._standby_of(launcher, key)
+        try:
+            if standby is not None:
+                workspace = standby.workspace
+            else:
+                workspace = self.workspaces.for_turn(agent.id, turn)
+        except (OSError, ValueError) as exc:
+            if pool is not None and launcher is not None:
+                pool.give(launcher)
+            return result(
+                is_error=True, output=f"[sandbox error: workspace: {exc}]", outcome="error"
+            )
         # A one-call workspace holds its own outbox/ (`for_turn`); the calls of a
         # turn share its workspace, so each gets an outbox folder bound over it.
         own_outbox = self.workspaces.is_one_call(workspace)
         try:
             if own_outbox:
                 outbox_dir = workspace / OUTBOX_NAME
+            elif standby is not None and standby.outbox is not None:
+                outbox_dir = standby.outbox  # the mount point was made with it
             else:
                 ensure_mount_point(workspace / OUTBOX_NAME)
                 outbox_dir = self.workspaces.new_outbox()
@@ -356,7 +422,8 @@ class SandboxRunner:
             if watch.check():  # already over (an earlier call of the turn): not run
                 text = workspace_limit_text(watch.usage, settings, started=False)
                 return result(is_error=True, output=text, outcome="refused")
-            pool, launcher = self._take_launcher(memory_bytes, limits, settings.cpu_limit)
+            if not taken:
+                pool, launcher = self._take_launcher(memory_bytes, limits, settings.cpu_limit)
             if launcher is None and self._cgroups.controllers:
                 try:
                     cgroup = self._cgroups.create(
@@ -364,7 +431,8 @@ class SandboxRunner:
                     )
                 except OSError:
                     cgroup = None  # the host changed its mind: rlimits still hold
-            stage = self._stage.take()
+            # A standby's stage is the call's now (it holds it taken, as a call does).
+            stage = standby.stage if standby is not None else self._stage.take()
             layout = Layout(
                 package_dir=agent.package_dir,
                 workspace=workspace,
@@ -374,6 +442,8 @@ class SandboxRunner:
                 stage=stage,
                 prefix=self._prefix,
             )
+            # The spawner's from here: used, or killed and the call started the usual way.
+            given, standby = standby, None
             finished = spawner.run(
                 layout=layout,
                 tool=tool,
@@ -385,14 +455,22 @@ class SandboxRunner:
                 limits=limits,
                 watch=watch,
                 keep_chars=settings.tool_output_chars,
+                standby=given,
             )
+            if given is not None and given.released:
+                with self._lock:
+                    self.standby_calls += 1
             outbox = collect_outbox(outbox_dir, self.outbox_cap_bytes)
         except (OSError, ValueError) as exc:
             return result(is_error=True, output=f"[sandbox error: {exc}]", outcome="error")
         finally:
+            if standby is not None:  # not run (refused, or an error before): not wanted
+                standby.discard()
+                stage = None  # the standby's, let go with it
             if pool is not None and launcher is not None:
                 oom = launcher.memory_failures()
                 slot = launcher.slot
+                self._stand_by(launcher, key, agent=agent, limits=limits, tool=tool, used=workspace)
                 pool.give(launcher)  # after the call's processes are gone
             else:
                 oom = cgroup.memory_failures() if cgroup is not None else 0
@@ -424,8 +502,131 @@ class SandboxRunner:
             scrub=lambda text: scrub_host_paths(text, agent, workspace, slot, self.workspaces.root),
         )
 
+    # --- standby sandboxes (`standby.py`) ------------------------------------
+
+    def _standby_key(
+        self, agent: Agent, tool: DeclaredTool, limits: Limits, turn: str | None
+    ) -> tuple[Hashable, ...] | None:
+        """What this call's sandbox is made of (None: no standby for it): the agent's
+        layout, the stage, the limits, how the arguments come and the turn (None: a
+        one-call workspace), not the tool's command (the standby takes any command).
+        The stage's path changes with its contents (`system_stage.py`)."""
+        if not self._standbys or self._launchers is None:
+            return None
+        try:
+            stage = self._stage.folder()
+        except OSError:
+            return None  # the call says why, the usual way
+        settings = agent.settings
+        return (
+            agent.id,
+            agent.package_dir,
+            tuple(sorted(agent.mounts.items())),
+            settings.workdir,
+            stage,
+            settings.memory_limit_mb,
+            settings.cpu_limit,
+            limits.rlimits(),
+            (limits.cpu_seconds, limits.cpu_hard_seconds),
+            tool.input == "args",
+            turn,
+        )
+
+    def _standby_of(self, launcher: Launcher | None, key: Hashable) -> Standby | None:
+        """The launcher's standby if it was made for `key` and is still waiting; one
+        that is not (old, or gone) is killed."""
+        standby = launcher.standby if launcher is not None else None
+        if standby is None or standby.key != key:
+            return None
+        if standby.usable(self.workspaces.ttl_seconds / 2):
+            return standby
+        standby.discard()
+        return None
+
+    def _stand_by(
+        self,
+        launcher: Launcher,
+        key: tuple[Hashable, ...] | None,
+        *,
+        agent: Agent,
+        limits: Limits,
+        tool: DeclaredTool,
+        used: Path,
+    ) -> None:
+        """After a call on `launcher` (in `used`, its workspace): start the next call's
+        sandbox if this call's key was that of two of this process's last four calls
+        (`_SEEN_BEFORE`: an agent's calls in a row, or a turn's) and the slot is empty.
+        A one-call standby gets a fresh workspace; a turn's binds the turn's, if it is
+        still there (never made again here: the turn may have ended), and an outbox of
+        its own.
+        Never raises: a standby that cannot start is only not there."""
+        if key is None:
+            return
+        with self._lock:
+            seen = self._recent_keys.count(key)
+            self._recent_keys.append(key)
+        if seen < _SEEN_BEFORE or launcher.standby is not None:
+            return
+        if not launcher.alive() or launcher.busy:
+            return
+        turn = key[-1]
+        workspace: Path | None = None
+        outbox: Path | None = None
+        stage: Path | None = None
+        try:
+            if turn is None:
+                workspace = self.workspaces.for_turn(agent.id, None)
+            elif used.is_dir():
+                workspace = used
+                ensure_mount_point(workspace / OUTBOX_NAME)
+                outbox = self.workspaces.new_outbox()
+            else:
+                return
+            stage = self._stage.take()
+            key = (*key[:_KEY_STAGE], stage, *key[_KEY_STAGE + 1 :])  # restaged meanwhile?
+            layout = Layout(
+                package_dir=agent.package_dir,
+                workspace=workspace,
+                outbox=outbox,
+                mounts=agent.mounts,
+                workdir=agent.settings.workdir,
+                stage=stage,
+                prefix=self._prefix,
+            )
+            assert self._spawner is not None  # a key is made only with a spawner
+            launcher.standby = self._spawner.start_standby(
+                key=key,
+                layout=layout,
+                launcher=launcher,
+                limits=limits,
+                with_stdin=tool.input != "args",
+                on_discard=self._let_go,
+            )
+        except (OSError, ValueError) as exc:
+            _log.debug("sandbox: no standby after a call (%s)", exc)
+            if outbox is not None:
+                self.workspaces.discard_later(outbox)
+            elif workspace is not None and turn is None:
+                self.workspaces.discard_later(workspace)
+            if stage is not None:
+                self._stage.give(stage)
+
+    def _let_go(self, standby: Standby) -> None:
+        """A standby killed unused: its own folder removed (the one-call workspace, or a
+        turn's call's outbox: never the turn's workspace), its stage given back."""
+        if standby.outbox is not None:
+            self.workspaces.discard_later(standby.outbox)
+        else:
+            self.workspaces.discard_later(standby.workspace)
+        self._stage.give(standby.stage)
+
     def _take_launcher(
-        self, memory_bytes: int, limits: Limits, cpu_limit: float
+        self,
+        memory_bytes: int,
+        limits: Limits,
+        cpu_limit: float,
+        *,
+        standby_key: Hashable | None = None,
     ) -> tuple[LauncherPool | None, Launcher | None]:
         """A launcher for this call and the pool to give it back to; (None, None) for the
         direct path (no pool in this process, or a new launcher cannot be started now:
@@ -440,7 +641,9 @@ class SandboxRunner:
                     weakref.finalize(self, self._launchers.close)
                 pool = self._launchers or pool
         try:
-            return pool, pool.take(memory_bytes, limits.rlimits(), cpu_limit)
+            return pool, pool.take(
+                memory_bytes, limits.rlimits(), cpu_limit, standby_key=standby_key
+            )
         except (LauncherUnavailable, OSError) as exc:
             if not self._warned_no_launcher:  # once: a broken host would say it per call
                 self._warned_no_launcher = True

@@ -46,7 +46,9 @@ Asked to (IDENTITY_JSON's "network": true), the launcher moves into an empty
 network namespace of its own after the uid drop, and a request with "share_net"
 (a bwrap with --share-net) starts there once the previous call is gone and the
 namespace is empty, or in a new one (`launcher_network.py`). The ready message
-says whether it could ({"ready": pid, "network": bool, "refused": why}).
+says whether it could ({"ready": pid, "network": bool, "refused": why}). A
+standby's request ("standby", `standby.py`) starts once the previous call's
+processes are reaped too, so the slot holds nothing of it.
 
 On EOF (the worker closed the socket or died) the launcher kills its child's
 group, reaps it, moves itself back to the parent cgroups, removes its slot
@@ -173,12 +175,15 @@ def serve(
                     if pid > 0:  # not reaped yet: the pid (and group) is still the child's
                         kill_group(pid)
                     continue
-                if pid > 0 or len(fds) < 3:
+                wanted = 3 + bool(request.get("stdin")) + bool(request.get("standby"))
+                if pid > 0 or len(fds) != wanted:
                     send(sock, {"error": "launcher busy or request without its fds"})
                     continue
                 try:
-                    if network is not None and request.get("share_net"):
+                    shared = network is not None and request.get("share_net")
+                    if shared or request.get("standby"):
                         reap_rest(wake_r, _SETTLE_SECONDS)  # the previous call's last processes
+                    if network is not None and shared:
                         network.ready_for_call(children_gone=not children_left())
                     pid = spawn_child(request, fds, oom)
                     call_cpu = 0.0

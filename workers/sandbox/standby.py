@@ -1,0 +1,218 @@
+"""A standby sandbox: the next call's bwrap started before the call comes.
+
+Most of a declared call's start is bwrap's own set-up (the namespaces, every
+bind and remount, the seccomp filter), none of which depends on the call's
+command or arguments. So after a call, the runner has the same slot launcher
+start the next one's sandbox at once (`Launcher.send_spawn`: not waited for):
+the same options (the agent's package, data mounts, workdir, the stage, and a
+fresh one-call workspace, or the turn's workspace with a fresh outbox of the
+call's own over its outbox/), with `landlock-exec --vessel-standby` as its command
+(`landlock_exec.c`). The static prefix waits there, before it applies
+anything, for the command on its fd 5 (`STANDBY_FD`): the length, then the
+NUL-terminated words. The next call with the same `key` writes its command
+and goes on as any call: the deadline starts when the command is written;
+the signals, the Landlock domain and the environment rule are applied after
+it; the output and stdin pipes were made with the standby and are driven as
+a call's (`process.drive_child`).
+
+What does not change: the confinement (the same bwrap options, the same
+prefix, the same limits: the key holds everything they are made of), the
+workspace (a one-call one made for that one call, never seen by another: the
+standby has run nothing before its command comes; a turn's, as its calls share
+it), and the rule that a launcher's calls run one after another (the standby
+is the launcher's child, started once the previous call's processes were all
+reaped).
+
+Only where it is worth it: the runner starts one after a call whose key was
+that of two of the worker process's four calls before it (an agent's calls in
+a row, or a turn's, not a mix of agents or turns each leaving a standby nobody
+takes); a
+call takes a launcher whose standby fits it first, then one with none; a free
+launcher whose standby does not fit the call is given the call after its
+standby is killed. A standby older than `max_age` (half the workspaces' TTL:
+the sweep never removes a workspace a standby holds), or whose turn's
+workspace was removed since (another folder at the same path is not the one
+it binds), is killed instead of used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from pathlib import Path
+
+from workers.sandbox.launcher_client import LaunchedChild, Launcher
+
+__all__ = [
+    "ENV_SANDBOX_STANDBY",
+    "STANDBY_ARGS",
+    "STANDBY_BYTES",
+    "STANDBY_FLAG",
+    "STANDBY_MODES",
+    "Standby",
+    "StandbyLost",
+    "prefix_takes_standby",
+    "standby_mode",
+]
+
+#: `on` (default): calls without a turn may find their sandbox started; `off`: never.
+ENV_SANDBOX_STANDBY = "VESSEL_SANDBOX_STANDBY"
+STANDBY_MODES = ("on", "off")
+
+#: The static prefix's flag for it (`landlock_exec.c`).
+STANDBY_FLAG = "--vessel-standby"
+#: The largest command a standby takes (`landlock_exec.c`'s buffers): a call with
+#: a larger one kills the standby and starts its sandbox the usual way.
+STANDBY_BYTES = 256 * 1024
+STANDBY_ARGS = 8192
+_LENGTH = struct.Struct("=Q")
+
+
+def standby_mode(environ: Mapping[str, str]) -> str:
+    """`$VESSEL_SANDBOX_STANDBY` (unset or empty: on); ValueError if unknown."""
+    value = environ.get(ENV_SANDBOX_STANDBY, "").strip() or STANDBY_MODES[0]
+    if value not in STANDBY_MODES:
+        raise ValueError(
+            f"{ENV_SANDBOX_STANDBY}={value!r}: expected one of {', '.join(STANDBY_MODES)}"
+        )
+    return value
+
+
+def prefix_takes_standby(binary: Path | None) -> bool:
+    """True if `binary` is a static prefix that knows STANDBY_FLAG (one built from an
+    older source does not: a worker with it starts every sandbox at its call)."""
+    if binary is None:
+        return False
+    try:
+        return STANDBY_FLAG.encode() in binary.read_bytes()
+    except OSError:
+        return False
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    try:
+        st = folder.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+class StandbyLost(OSError):
+    """A standby could not take its call's command; the call starts the usual way."""
+
+
+class Standby:
+    """One started sandbox waiting for its command, and what it holds."""
+
+    def __init__(
+        self,
+        *,
+        key: Hashable,
+        launcher: Launcher,
+        out_fd: int,
+        in_fd: int | None,
+        command_fd: int,
+        workspace: Path,
+        outbox: Path | None,
+        stage: Path,
+        on_discard: Callable[[Standby], None],
+    ) -> None:
+        self.key = key
+        self.launcher = launcher
+        #: Its bwrap, once the launcher's answer to the request is read (`_started`).
+        self.child: LaunchedChild | None = None
+        self.out_fd = out_fd
+        self.in_fd = in_fd
+        self.command_fd = command_fd
+        #: The workspace bound at /tmp/vessel (a fresh one-call one, or the turn's), the
+        #: call's own outbox bound over its outbox/ (a turn's call; None: the one-call
+        #: workspace's own), and the stage at /.vessel.
+        self.workspace = workspace
+        self.outbox = outbox
+        self.stage = stage
+        #: The workspace folder itself: a turn's removed and made again is another.
+        self._workspace_id = _identity(workspace)
+        self.born = time.monotonic()
+        #: Set once it took a call's command.
+        self.released = False
+        self._on_discard = on_discard
+
+    @staticmethod
+    def fits(command: Sequence[str]) -> bool:
+        """True if a standby can take `command` (its prefix's buffers hold it)."""
+        size = sum(len(os.fsencode(word)) + 1 for word in command)
+        return 0 < size <= STANDBY_BYTES and len(command) <= STANDBY_ARGS
+
+    def _started(self) -> LaunchedChild | None:
+        """Its bwrap (the launcher's answer read now if it was not); None if the launcher
+        could not start it."""
+        if self.child is None and not self.launcher.broken:
+            try:
+                self.child = self.launcher.spawned()
+            except OSError:
+                return None
+        return self.child
+
+    def usable(self, max_age: float) -> bool:
+        """True if it started and is still waiting (no exit from its launcher), and young."""
+        if time.monotonic() - self.born > max_age or self._started() is None:
+            return False
+        return not self.launcher.has_message() and _identity(self.workspace) == self._workspace_id
+
+    def release(self, command: Sequence[str]) -> tuple[LaunchedChild, int, int | None]:
+        """Give it `command`: the call's child, output and stdin ends, now the caller's,
+        as its workspace and stage are. StandbyLost if it cannot take the command (too
+        large, or the standby is gone): it is then killed, its workspace and stage
+        the caller's all the same (nothing ran in it), its launcher free again."""
+        child = self._started()
+        if child is None:
+            self.cancel()
+            raise StandbyLost("the standby sandbox did not start")
+        if not self.fits(command):
+            self.cancel()
+            raise StandbyLost("the command is larger than a standby takes")
+        data = b"".join(os.fsencode(word) + b"\0" for word in command)
+        try:
+            view = memoryview(_LENGTH.pack(len(data)) + data)
+            while view:
+                view = view[os.write(self.command_fd, view) :]
+        except OSError as exc:
+            self.cancel()
+            raise StandbyLost(f"the standby sandbox is gone: {exc}") from exc
+        os.close(self.command_fd)
+        self.command_fd = -1
+        self.launcher.standby = None
+        self.released = True
+        return child, self.out_fd, self.in_fd
+
+    def cancel(self) -> None:
+        """Kill it, wait for its exit and close its pipes; its workspace and stage stay
+        held (the caller's, or `discard`'s to let go)."""
+        if self.launcher.standby is self:
+            self.launcher.standby = None
+        child = self._started()
+        if child is not None:
+            child.kill_tree()
+            with contextlib.suppress(OSError):  # LauncherLost: the launcher is marked broken
+                child.wait(None)
+            child.close()
+        self._close_fds()
+
+    def discard(self) -> None:
+        """`cancel` it and let its workspace and stage go."""
+        self.cancel()
+        self._on_discard(self)
+
+    def abandon(self) -> None:
+        """In a forked child: close this process's copies of its pipes, nothing else."""
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        for fd in (self.out_fd, self.in_fd, self.command_fd):
+            if fd is not None and fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.out_fd, self.in_fd, self.command_fd = -1, None, -1
