@@ -851,6 +851,31 @@ def test_new_certificates_reach_the_next_call_and_the_old_stage_goes_after_its_l
     assert not (tmp_path / "ws" / ".system").exists()
 
 
+def test_a_held_stage_outlives_its_call_and_a_superseded_one_goes_after_both(
+    tmp_path: Path,
+) -> None:
+    """`hold`: a standby started after a call keeps the call's stage without a new check."""
+    etc = _fake_etc(tmp_path / "etc", "bundle one\n")
+    stage = system_stage.SystemStage(WorkspaceStore(tmp_path / "ws"), prefix=None, etc=etc)
+    try:
+        first = stage.take()
+        assert stage.hold(first) == first
+        _replace(etc / "ssl" / "certs" / "ca-certificates.crt", "bundle two\n")
+        second = stage.take()
+        assert second != first
+        stage.give(first)  # the call ended: the standby still binds it
+        assert first.is_dir()
+        stage.give(first)  # the standby let go
+        assert not first.exists()
+        with pytest.raises(ValueError, match="not held"):
+            stage.hold(first)
+        stage.give(second)
+        with pytest.raises(ValueError, match="not held"):
+            stage.hold(second)  # current, but no call holds it
+    finally:
+        stage.remove()
+
+
 def test_a_rebuilt_prefix_reaches_the_next_call(tmp_path: Path) -> None:
     built = command_prefix.build(tmp_path / "bin" / "landlock-exec")
     stage = system_stage.SystemStage(

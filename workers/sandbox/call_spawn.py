@@ -33,7 +33,7 @@ from workers.sandbox.identity import SandboxIdentity
 from workers.sandbox.launcher_client import Launcher
 from workers.sandbox.launcher_protocol import ARGS_FD, SECCOMP_FD
 from workers.sandbox.limits import Limits
-from workers.sandbox.process import Child, Finished, drive_child, run_process, start_child
+from workers.sandbox.process import Child, Drain, Finished, drive_child, run_process, start_child
 from workers.sandbox.standby import STANDBY_FLAG, Standby, StandbyLost
 from workers.sandbox.watchdog import WorkspaceWatch
 
@@ -80,6 +80,13 @@ class CallSpawner:
         OSError if it cannot start. A standby that cannot take the call (its command too
         large, the standby gone) is killed and the call started the usual way."""
         command, stdin = self.command(tool, arguments)
+        drain = Drain(
+            timeout=timeout,
+            keep_chars=keep_chars,
+            hard_cap_bytes=self.hard_cap_bytes,
+            cancel=cancel,
+            watch=watch.poll,
+        )
         started: tuple[Child, int, int | None] | None = None
         if standby is not None:
             # Else killed: its layout is this call's, started the usual way.
@@ -97,10 +104,7 @@ class CallSpawner:
                         seccomp_fd=seccomp_fd,
                         cgroup=cgroup,
                         limits=limits,
-                        timeout=timeout,
-                        keep_chars=keep_chars,
-                        cancel=cancel,
-                        watch=watch,
+                        drain=drain,
                     )
                 # A launcher's child finds the memfds at fixed numbers.
                 share_net = launcher.shared_network
@@ -127,17 +131,7 @@ class CallSpawner:
             if args_fd >= 0:
                 os.close(args_fd)
         child, out_fd, in_fd = started
-        return drive_child(
-            child,
-            out_fd,
-            in_fd,
-            stdin=stdin,
-            timeout=timeout,
-            keep_chars=keep_chars,
-            hard_cap_bytes=self.hard_cap_bytes,
-            cancel=cancel,
-            watch=watch.poll,
-        )
+        return drive_child(child, out_fd, in_fd, stdin=stdin, drain=drain)
 
     def _run_direct(
         self,
@@ -148,10 +142,7 @@ class CallSpawner:
         seccomp_fd: int,
         cgroup: CallCgroup | None,
         limits: Limits,
-        timeout: float,
-        keep_chars: int,
-        cancel: threading.Event | None,
-        watch: WorkspaceWatch,
+        drain: Drain,
     ) -> Finished:
         """The direct path: `/bin/sh` (rlimits, the cgroup), setpriv, bwrap, by Popen,
         which keeps the memfds at the numbers this process holds them."""
@@ -173,11 +164,7 @@ class CallSpawner:
                 stdin=stdin,
                 env=spawn_env(),
                 pass_fds=(seccomp_fd, args_fd),
-                timeout=timeout,
-                keep_chars=keep_chars,
-                hard_cap_bytes=self.hard_cap_bytes,
-                cancel=cancel,
-                watch=watch.poll,
+                drain=drain,
             )
         finally:
             os.close(args_fd)

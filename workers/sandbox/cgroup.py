@@ -57,6 +57,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from workers.sandbox.env_choice import choice_of, env_choice
+
 __all__ = [
     "CGROUP_MODES",
     "CGROUP_V1_ROOT",
@@ -129,16 +131,13 @@ class CgroupSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> CgroupSettings:
         """`$VESSEL_SANDBOX_CGROUPS` (unset or empty: per-call); ValueError if unknown."""
-        value = (os.environ if environ is None else environ).get(ENV_SANDBOX_CGROUPS, "")
-        return cls(mode=parse_mode(value.strip() or "per-call"))
+        environ = os.environ if environ is None else environ
+        return cls(mode=env_choice(environ, ENV_SANDBOX_CGROUPS, CGROUP_MODES))
 
 
 def parse_mode(value: str) -> CgroupMode:
     """`per-call` or `off`; anything else raises ValueError."""
-    for mode in CGROUP_MODES:
-        if value == mode:
-            return mode
-    raise ValueError(f"{ENV_SANDBOX_CGROUPS}={value!r}: expected one of {', '.join(CGROUP_MODES)}.")
+    return choice_of(ENV_SANDBOX_CGROUPS, value, CGROUP_MODES)
 
 
 def _own_path(controller: str) -> str:

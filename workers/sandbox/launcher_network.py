@@ -38,6 +38,8 @@ import ctypes
 import os
 from collections.abc import Mapping
 
+from workers.sandbox.env_choice import env_choice
+
 __all__ = [
     "ENV_SANDBOX_NETWORK",
     "NETWORK_MODES",
@@ -78,12 +80,7 @@ def _write(path: str, text: str) -> None:
 
 def network_mode(environ: Mapping[str, str]) -> str:
     """`$VESSEL_SANDBOX_NETWORK` (unset or empty: slot); ValueError if unknown."""
-    value = environ.get(ENV_SANDBOX_NETWORK, "").strip() or NETWORK_MODES[0]
-    if value not in NETWORK_MODES:
-        raise ValueError(
-            f"{ENV_SANDBOX_NETWORK}={value!r}: expected one of {', '.join(NETWORK_MODES)}"
-        )
-    return value
+    return env_choice(environ, ENV_SANDBOX_NETWORK, NETWORK_MODES)
 
 
 def sockets_in_namespace() -> int:

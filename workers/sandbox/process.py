@@ -43,6 +43,7 @@ from typing import Literal, Protocol
 __all__ = [
     "TICK_SECONDS",
     "Child",
+    "Drain",
     "Finished",
     "PopenChild",
     "Reason",
@@ -174,17 +175,27 @@ class _Collector:
         return "".join(self.parts)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Drain:
+    """How long a call's output is read and what stops it early: the deadline
+    (`timeout` seconds from the start of the drain), a `cancel`, output past
+    `hard_cap_bytes`, or `watch()` returning True (reason "limit"). The first
+    `keep_chars` characters of the output are kept, the rest counted."""
+
+    timeout: float
+    keep_chars: int
+    hard_cap_bytes: int
+    cancel: threading.Event | None = None
+    watch: Callable[[], bool] | None = None
+
+
 def run_process(
     argv: Sequence[str],
     *,
     stdin: bytes | None,
     env: Mapping[str, str],
     pass_fds: Sequence[int],
-    timeout: float,
-    keep_chars: int,
-    hard_cap_bytes: int,
-    cancel: threading.Event | None = None,
-    watch: Callable[[], bool] | None = None,
+    drain: Drain,
 ) -> Finished:
     """`run_child` of `argv` started by `subprocess.Popen` (the direct path).
 
@@ -206,45 +217,23 @@ def run_process(
             )
         )
 
-    return run_child(
-        popen,
-        stdin=stdin,
-        timeout=timeout,
-        keep_chars=keep_chars,
-        hard_cap_bytes=hard_cap_bytes,
-        cancel=cancel,
-        watch=watch,
-    )
+    return run_child(popen, stdin=stdin, drain=drain)
 
 
 def run_child(
     spawn: Spawn,
     *,
     stdin: bytes | None,
-    timeout: float,
-    keep_chars: int,
-    hard_cap_bytes: int,
-    cancel: threading.Event | None = None,
-    watch: Callable[[], bool] | None = None,
+    drain: Drain,
 ) -> Finished:
-    """Run what `spawn` starts to its end, the deadline, a cancel, the output cap or
-    `watch()` returning True (reason "limit"), whichever comes first.
+    """Run what `spawn` starts to its end, or to what `drain` stops it at, whichever
+    comes first.
 
     Raises OSError if the process cannot be started, or if its launcher is lost
     mid-call (after killing what is left of it).
     """
     child, out_fd, in_fd = start_child(spawn, with_stdin=stdin is not None)
-    return drive_child(
-        child,
-        out_fd,
-        in_fd,
-        stdin=stdin,
-        timeout=timeout,
-        keep_chars=keep_chars,
-        hard_cap_bytes=hard_cap_bytes,
-        cancel=cancel,
-        watch=watch,
-    )
+    return drive_child(child, out_fd, in_fd, stdin=stdin, drain=drain)
 
 
 def start_child(spawn: Spawn, *, with_stdin: bool) -> tuple[Child, int, int | None]:
@@ -276,16 +265,13 @@ def drive_child(
     in_fd: int | None,
     *,
     stdin: bytes | None,
-    timeout: float,
-    keep_chars: int,
-    hard_cap_bytes: int,
-    cancel: threading.Event | None = None,
-    watch: Callable[[], bool] | None = None,
+    drain: Drain,
 ) -> Finished:
     """`run_child`'s loop over a started child (`start_child`, or a standby's): it
     owns `out_fd` and `in_fd` from here and closes both."""
-    deadline = time.monotonic() + timeout
-    out = _Collector(keep_chars)
+    deadline = time.monotonic() + drain.timeout
+    cancel, watch = drain.cancel, drain.watch
+    out = _Collector(drain.keep_chars)
     os.set_blocking(out_fd, False)
     poller = select.poll()
     poller.register(out_fd, select.POLLIN | select.POLLHUP | select.POLLERR)
@@ -346,7 +332,7 @@ def drive_child(
                     pending = pending[written:]
                     if not pending:
                         close_stdin()
-            if out.total_bytes > hard_cap_bytes:
+            if out.total_bytes > drain.hard_cap_bytes:
                 reason = "overflow"
                 break
             if watch is not None and watch():

@@ -118,8 +118,6 @@ __all__ = [
 DEFAULT_OUTPUT_HARD_CAP_BYTES = 64 * 1024 * 1024
 
 _log = logging.getLogger(__name__)
-#: Where the stage sits in a standby's key (`SandboxRunner._standby_key`).
-_KEY_STAGE = 4
 #: A standby is started after a call whose key was that of at least `_SEEN_BEFORE` of
 #: this process's `_RECENT_KEYS` calls before it: one agent's calls in a row, or two
 #: kinds interleaved, get one; calls spread over many turns (where a key seen once
@@ -381,9 +379,16 @@ class SandboxRunner:
         pool: LauncherPool | None = None
         launcher: Launcher | None = None
         outbox_dir: Path | None = None
-        stage: Path | None = None
+        # Taken once, here: its certificates' check is per call, and the standby key
+        # holds its path (it changes with its contents: `system_stage.py`).
+        try:
+            call_stage = self._stage.take()
+        except OSError as exc:
+            return result(is_error=True, output=f"[sandbox error: {exc}]", outcome="error")
+        # What the call holds of it (None once a standby let go unused took it along).
+        stage: Path | None = call_stage
         # The call may find its sandbox started already (`standby.py`).
-        key = self._standby_key(agent, tool, limits, turn)
+        key = self._standby_key(agent, tool, limits, turn, call_stage)
         standby: Standby | None = None
         taken = False
         if key is not None:
@@ -392,6 +397,9 @@ class SandboxRunner:
             )
             taken = True
             standby = self._standby_of(launcher, key)
+            if standby is not None:  # its stage (the same: in its key) is the call's now
+                self._stage.give(call_stage)
+                stage = standby.stage
         try:
             if standby is not None:
                 workspace = standby.workspace
@@ -400,6 +408,7 @@ class SandboxRunner:
         except (OSError, ValueError) as exc:
             if pool is not None and launcher is not None:
                 pool.give(launcher)
+            self._stage.give(call_stage)  # no standby here: the call's own
             return result(
                 is_error=True, output=f"[sandbox error: workspace: {exc}]", outcome="error"
             )
@@ -431,15 +440,13 @@ class SandboxRunner:
                     )
                 except OSError:
                     cgroup = None  # the host changed its mind: rlimits still hold
-            # A standby's stage is the call's now (it holds it taken, as a call does).
-            stage = standby.stage if standby is not None else self._stage.take()
             layout = Layout(
                 package_dir=agent.package_dir,
                 workspace=workspace,
                 outbox=None if own_outbox else outbox_dir,
                 mounts=agent.mounts,
                 workdir=settings.workdir,
-                stage=stage,
+                stage=call_stage if standby is None else standby.stage,
                 prefix=self._prefix,
             )
             # The spawner's from here: used, or killed and the call started the usual way.
@@ -470,7 +477,15 @@ class SandboxRunner:
             if pool is not None and launcher is not None:
                 oom = launcher.memory_failures()
                 slot = launcher.slot
-                self._stand_by(launcher, key, agent=agent, limits=limits, tool=tool, used=workspace)
+                self._stand_by(
+                    launcher,
+                    key,
+                    agent=agent,
+                    limits=limits,
+                    tool=tool,
+                    used=workspace,
+                    stage=stage,
+                )
                 pool.give(launcher)  # after the call's processes are gone
             else:
                 oom = cgroup.memory_failures() if cgroup is not None else 0
@@ -505,7 +520,7 @@ class SandboxRunner:
     # --- standby sandboxes (`standby.py`) ------------------------------------
 
     def _standby_key(
-        self, agent: Agent, tool: DeclaredTool, limits: Limits, turn: str | None
+        self, agent: Agent, tool: DeclaredTool, limits: Limits, turn: str | None, stage: Path
     ) -> tuple[Hashable, ...] | None:
         """What this call's sandbox is made of (None: no standby for it): the agent's
         layout, the stage, the limits, how the arguments come and the turn (None: a
@@ -513,10 +528,6 @@ class SandboxRunner:
         The stage's path changes with its contents (`system_stage.py`)."""
         if not self._standbys or self._launchers is None:
             return None
-        try:
-            stage = self._stage.folder()
-        except OSError:
-            return None  # the call says why, the usual way
         settings = agent.settings
         return (
             agent.id,
@@ -552,6 +563,7 @@ class SandboxRunner:
         limits: Limits,
         tool: DeclaredTool,
         used: Path,
+        stage: Path | None,
     ) -> None:
         """After a call on `launcher` (in `used`, its workspace): start the next call's
         sandbox if this call's key was that of two of this process's last four calls
@@ -560,7 +572,7 @@ class SandboxRunner:
         still there (never made again here: the turn may have ended), and an outbox of
         its own.
         Never raises: a standby that cannot start is only not there."""
-        if key is None:
+        if key is None or stage is None:  # stage None: the call's standby let go unused
             return
         with self._lock:
             seen = self._recent_keys.count(key)
@@ -572,7 +584,7 @@ class SandboxRunner:
         turn = key[-1]
         workspace: Path | None = None
         outbox: Path | None = None
-        stage: Path | None = None
+        held: Path | None = None
         try:
             if turn is None:
                 workspace = self.workspaces.for_turn(agent.id, None)
@@ -582,8 +594,9 @@ class SandboxRunner:
                 outbox = self.workspaces.new_outbox()
             else:
                 return
-            stage = self._stage.take()
-            key = (*key[:_KEY_STAGE], stage, *key[_KEY_STAGE + 1 :])  # restaged meanwhile?
+            # The call's stage, as its key says (restaged since: the next call's key
+            # differs, and this standby is killed unused).
+            held = self._stage.hold(stage)
             layout = Layout(
                 package_dir=agent.package_dir,
                 workspace=workspace,
@@ -608,8 +621,8 @@ class SandboxRunner:
                 self.workspaces.discard_later(outbox)
             elif workspace is not None and turn is None:
                 self.workspaces.discard_later(workspace)
-            if stage is not None:
-                self._stage.give(stage)
+            if held is not None:
+                self._stage.give(held)
 
     def _let_go(self, standby: Standby) -> None:
         """A standby killed unused: its own folder removed (the one-call workspace, or a

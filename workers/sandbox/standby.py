@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 
+from workers.sandbox.env_choice import env_choice
 from workers.sandbox.launcher_client import LaunchedChild, Launcher
 
 __all__ = [
@@ -58,7 +59,7 @@ __all__ = [
     "standby_mode",
 ]
 
-#: `on` (default): calls without a turn may find their sandbox started; `off`: never.
+#: `on` (default): a call may find its sandbox started ahead; `off`: never.
 ENV_SANDBOX_STANDBY = "VESSEL_SANDBOX_STANDBY"
 STANDBY_MODES = ("on", "off")
 
@@ -73,12 +74,7 @@ _LENGTH = struct.Struct("=Q")
 
 def standby_mode(environ: Mapping[str, str]) -> str:
     """`$VESSEL_SANDBOX_STANDBY` (unset or empty: on); ValueError if unknown."""
-    value = environ.get(ENV_SANDBOX_STANDBY, "").strip() or STANDBY_MODES[0]
-    if value not in STANDBY_MODES:
-        raise ValueError(
-            f"{ENV_SANDBOX_STANDBY}={value!r}: expected one of {', '.join(STANDBY_MODES)}"
-        )
-    return value
+    return env_choice(environ, ENV_SANDBOX_STANDBY, STANDBY_MODES)
 
 
 def prefix_takes_standby(binary: Path | None) -> bool:
@@ -140,12 +136,6 @@ class Standby:
         self.released = False
         self._on_discard = on_discard
 
-    @staticmethod
-    def fits(command: Sequence[str]) -> bool:
-        """True if a standby can take `command` (its prefix's buffers hold it)."""
-        size = sum(len(os.fsencode(word)) + 1 for word in command)
-        return 0 < size <= STANDBY_BYTES and len(command) <= STANDBY_ARGS
-
     def _started(self) -> LaunchedChild | None:
         """Its bwrap (the launcher's answer read now if it was not); None if the launcher
         could not start it."""
@@ -171,10 +161,10 @@ class Standby:
         if child is None:
             self.cancel()
             raise StandbyLost("the standby sandbox did not start")
-        if not self.fits(command):
-            self.cancel()
-            raise StandbyLost("the command is larger than a standby takes")
         data = b"".join(os.fsencode(word) + b"\0" for word in command)
+        if not 0 < len(data) <= STANDBY_BYTES or len(command) > STANDBY_ARGS:
+            self.cancel()  # more than the prefix's buffers hold
+            raise StandbyLost("the command is larger than a standby takes")
         try:
             view = memoryview(_LENGTH.pack(len(data)) + data)
             while view:

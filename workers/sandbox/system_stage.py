@@ -147,6 +147,16 @@ class SystemStage:
             self._users[folder] = self._users.get(folder, 0) + 1
             return folder
 
+    def hold(self, folder: Path) -> Path:
+        """One more user of `folder`, a stage the caller holds (taken, not given back
+        yet): no check of the certificates; `give` it back as a taken one. ValueError
+        if it is not held."""
+        with self._lock:
+            if not self._users.get(folder):
+                raise ValueError(f"the stage {folder} is not held")
+            self._users[folder] += 1
+            return folder
+
     def give(self, folder: Path) -> None:
         """A call on `folder` has ended."""
         with self._lock:
