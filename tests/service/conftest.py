@@ -118,6 +118,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's listen backlog is 5: tests open 20 connections at once, and a
+    # connect past a full backlog has its SYN dropped and retried a second later
+    # (twice, under load, is longer than a test's barrier waits).
+    request_queue_size = 64
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
