@@ -20,6 +20,7 @@ from broker.config import Settings
 from broker.model import Deployment
 from broker.queues import Kind
 from workers.execute import Executor
+from workers.metrics import watch_standbys
 from workers.tasks import CallRuntime, register_tasks
 from workers.workspace_ops import register_workspace_ops
 
@@ -60,6 +61,7 @@ def build_executor(
         check_confinement()
         workspaces = WorkspaceStore(default_workspace_root())
         sandbox = SandboxRunner(workspaces)
+        watch_standbys(sandbox)
         _log.info("sandbox: VESSEL_SANDBOX_CGROUPS in force: %s", sandbox.cgroup_mode)
         _log.info("sandbox: VESSEL_SANDBOX_NETWORK in force: %s", sandbox.network_mode)
         _log.info("sandbox: VESSEL_SANDBOX_STANDBY in force: %s", sandbox.standby_mode)

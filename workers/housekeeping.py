@@ -3,7 +3,8 @@
 The heartbeat registers this worker's capacity on its lanes (admission sizes
 each lane's window from it) and, after a broker outage, reasserts the claims
 of the calls running here; the recovery sweep answers the calls of dead
-workers; the workspace sweep (sandbox) removes expired workspaces.
+workers; the workspace sweep (sandbox) removes expired workspaces and kills the
+standby sandboxes no call took (`workers/sandbox/standby.py`).
 """
 
 from __future__ import annotations
@@ -98,6 +99,14 @@ class Housekeeper:
             _answer_lost(rt, call_id, message)
         publish(rt.app, dispatched)
 
+    def drop_idle_standbys(self) -> None:
+        """Kill the sandboxes started ahead that no call took (`standby.py`): sandbox."""
+        sandbox = self._runtime.executor.sandbox
+        if sandbox is not None:
+            dropped = sandbox.drop_idle_standbys()
+            if dropped:
+                _log.debug("sandbox: %d standby sandbox(es) killed unused (idle)", dropped)
+
     def start(self) -> None:
         self.beat()
         self._thread.start()
@@ -118,6 +127,7 @@ class Housekeeper:
                 if clock["workspaces"] >= _WORKSPACE_SWEEP_SECONDS and self._workspaces:
                     clock["workspaces"] = 0.0
                     self._workspaces.sweep()
+                    self.drop_idle_standbys()
             except BrokerUnavailable as exc:
                 # Admission rode out the outage for the whole limit: stop.
                 self._exit.stop(exc, settings.broker_outage_seconds)

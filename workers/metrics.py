@@ -9,6 +9,14 @@
     vessel_call_cancellations_total{agent,kind}   calls the platform cancelled
     vessel_call_duration_seconds{agent,kind}      how long calls ran (histogram, 3 ms … 120 s)
 
+A sandbox worker adds its standby sandboxes (the next call's sandbox started ahead):
+
+    vessel_sandbox_standbys_total{outcome}        started, used (a call took it),
+                                                  unused (killed: it did not fit the
+                                                  call, grew old or idle, or the
+                                                  worker stopped)
+    vessel_sandbox_standbys_waiting               standbys waiting for a call now
+
 `kind` is "sandbox", "service" or "plugin" (the worker kind that ran the call);
 `outcome` is the result's (`ok`, `error`, `timeout`, `refused`, `cancelled`,
 `killed`). A worker task calls `observe(result,
@@ -36,13 +44,21 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import HTTPServer
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from broker.errors import ConfigError
 from broker.result import ToolResult
+
+if TYPE_CHECKING:
+    from workers.sandbox.standby import StandbyCounts
 
 __all__ = [
     "DEFAULT_METRICS_ADDR",
@@ -52,9 +68,11 @@ __all__ = [
     "OVERFLOW_LABEL",
     "CallMetrics",
     "MetricsServer",
+    "StandbySource",
     "default_metrics",
     "observe",
     "start_metrics_server",
+    "watch_standbys",
 ]
 
 #: Seconds. The fastest confined call is ~3 ms (bwrap starting /bin/true), a
@@ -185,6 +203,52 @@ def default_metrics() -> CallMetrics:
 def observe(result: ToolResult, kind: str) -> None:
     """Count one finished call in this process's metrics (`default_metrics`)."""
     default_metrics().observe(result, kind)
+
+
+class StandbySource(Protocol):
+    """What has standby sandboxes to count (`SandboxRunner`)."""
+
+    def standby_counts(self) -> StandbyCounts: ...
+
+
+class _StandbyCollector(Collector):
+    """The standbys of this process's sandbox runners, summed at each scrape."""
+
+    def __init__(self) -> None:
+        self.sources: weakref.WeakSet[StandbySource] = weakref.WeakSet()
+
+    def collect(self) -> Iterator[Metric]:
+        counts = [each.standby_counts() for each in list(self.sources)]
+        total = CounterMetricFamily(
+            "vessel_sandbox_standbys",
+            "Sandboxes started ahead for a next call: started, used by a call, killed unused.",
+            labels=["outcome"],
+        )
+        for outcome in ("started", "used", "unused"):
+            total.add_metric([outcome], sum(getattr(each, outcome) for each in counts))
+        yield total
+        yield GaugeMetricFamily(
+            "vessel_sandbox_standbys_waiting",
+            "Sandboxes started ahead and waiting for a call now.",
+            value=sum(each.waiting for each in counts),
+        )
+
+
+_STANDBY_COLLECTORS: weakref.WeakKeyDictionary[CollectorRegistry, _StandbyCollector] = (
+    weakref.WeakKeyDictionary()
+)
+_STANDBY_LOCK = threading.Lock()
+
+
+def watch_standbys(source: StandbySource, registry: CollectorRegistry = REGISTRY) -> None:
+    """Count `source`'s standby sandboxes in `registry` (default: this process's): the
+    `vessel_sandbox_standbys` series, one set for all of a process's sources."""
+    with _STANDBY_LOCK:
+        collector = _STANDBY_COLLECTORS.get(registry)
+        if collector is None:
+            collector = _STANDBY_COLLECTORS[registry] = _StandbyCollector()
+            registry.register(collector)
+        collector.sources.add(source)
 
 
 @dataclass(frozen=True, slots=True)

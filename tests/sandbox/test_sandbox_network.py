@@ -16,10 +16,7 @@ import textwrap
 import threading
 from pathlib import Path
 
-import pytest
-
 from tests.sandbox.conftest import Sandbox, make_sandbox
-from workers.sandbox.launcher_network import network_mode
 from workers.sandbox.runner import SandboxRunner
 from workers.sandbox.workspace import WorkspaceStore
 
@@ -147,13 +144,6 @@ def test_per_call_mode_gives_each_call_bwraps_namespace(tmp_path: Path) -> None:
         assert first["bring_up"] in ("EPERM", "done"), first  # already up: a no-op
     finally:
         sandbox.runner.close()
-
-
-def test_the_setting_names_what_is_wrong() -> None:
-    assert network_mode({}) == "slot"
-    assert network_mode({"VESSEL_SANDBOX_NETWORK": " per-call "}) == "per-call"
-    with pytest.raises(ValueError, match=r"VESSEL_SANDBOX_NETWORK='none': expected one of slot"):
-        network_mode({"VESSEL_SANDBOX_NETWORK": "none"})
 
 
 _RENEWAL = textwrap.dedent(

@@ -18,11 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from tests.sandbox.conftest import Sandbox, make_sandbox
+from workers.metrics import watch_standbys
 from workers.sandbox import command_prefix
 from workers.sandbox.runner import SandboxRunner
-from workers.sandbox.standby import STANDBY_FLAG, standby_mode
+from workers.sandbox.standby import STANDBY_FLAG, StandbyCounts
 from workers.sandbox.workspace import WorkspaceStore
 
 #: What a call sees of its workspace and descriptors, then leaves a file behind.
@@ -174,6 +176,37 @@ def test_a_standby_older_than_half_the_workspace_ttl_is_not_used(tmp_path: Path)
         made.runner.close()
 
 
+def test_a_standby_no_call_took_is_killed_once_idle_and_every_one_is_counted(
+    sandbox: Sandbox,
+) -> None:
+    runner = sandbox.runner
+    _needs_standbys(runner)
+    registry = CollectorRegistry()
+    watch_standbys(runner, registry)
+
+    def metric(outcome: str | None) -> float | None:
+        if outcome is None:
+            return registry.get_sample_value("vessel_sandbox_standbys_waiting")
+        return registry.get_sample_value("vessel_sandbox_standbys_total", {"outcome": outcome})
+
+    for _ in range(4):  # the fourth takes the one the third started, and leaves one
+        assert not sandbox.call(shell="true").is_error
+    waiting = _started_standbys(runner)
+    assert waiting
+    assert runner.standby_counts() == StandbyCounts(started=2, used=1, unused=0, waiting=1)
+    assert (metric("started"), metric("used"), metric("unused"), metric(None)) == (2, 1, 0, 1)
+    assert runner.drop_idle_standbys(idle_seconds=60) == 0  # young: kept
+    assert _alive(waiting)
+    assert runner.drop_idle_standbys(idle_seconds=0) == 1
+    assert not _alive(waiting)
+    assert runner.standby_counts() == StandbyCounts(started=2, used=1, unused=1, waiting=0)
+    assert (metric("unused"), metric(None)) == (1, 0)
+    # The next call runs as any: its launcher was given back, not lost.
+    result = sandbox.call(shell="ls -A /tmp/vessel")
+    assert (result.is_error, result.output) == (False, "outbox\n"), result.output
+    assert runner.standby_counts().used == 1
+
+
 def test_a_command_larger_than_a_standby_takes_starts_the_usual_way(sandbox: Sandbox) -> None:
     _needs_standbys(sandbox.runner)
     for _ in range(3):
@@ -244,13 +277,6 @@ def test_the_off_setting_starts_every_sandbox_at_its_call(tmp_path: Path) -> Non
         assert not _standby_processes(made.runner)
     finally:
         made.runner.close()
-
-
-def test_the_setting_names_what_is_wrong() -> None:
-    assert standby_mode({}) == "on"
-    assert standby_mode({"VESSEL_SANDBOX_STANDBY": " off "}) == "off"
-    with pytest.raises(ValueError, match=r"VESSEL_SANDBOX_STANDBY='no': expected one of on, off"):
-        standby_mode({"VESSEL_SANDBOX_STANDBY": "no"})
 
 
 def _prefix_waiting(data: bytes | None) -> subprocess.CompletedProcess[bytes]:

@@ -15,6 +15,7 @@ import stat
 import struct
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,10 @@ from workers.sandbox import (
 )
 from workers.sandbox import workspace as workspace_module
 from workers.sandbox.folder_state import folder_state
+from workers.sandbox.launcher_network import network_mode
 from workers.sandbox.outbox import collect_outbox, ensure_mount_point, escaped_name, unsafe_name
 from workers.sandbox.runner import SandboxRunner, timed_out_text
+from workers.sandbox.standby import standby_mode
 from workers.sandbox.workspace import WorkspaceStore, default_workspace_root
 
 from .conftest import Marked, Sandbox
@@ -768,11 +771,26 @@ def test_cpu_seconds_is_timeout_times_cpu_limit_rounded_up(
     assert limits.cpu_seconds(timeout, cpu_limit) == seconds
 
 
-def test_cgroup_setting_is_read_once_and_checked() -> None:
-    assert cgroup.CgroupSettings.from_env({}).mode == "per-call"
-    assert cgroup.CgroupSettings.from_env({cgroup.ENV_SANDBOX_CGROUPS: "off"}).mode == "off"
-    with pytest.raises(ValueError, match="VESSEL_SANDBOX_CGROUPS"):
-        cgroup.CgroupSettings.from_env({cgroup.ENV_SANDBOX_CGROUPS: "sometimes"})
+def cgroup_mode(environ: Mapping[str, str]) -> str:
+    return cgroup.CgroupSettings.from_env(environ).mode
+
+
+@pytest.mark.parametrize(
+    ("read", "name", "default", "other", "wrong"),
+    [
+        (cgroup_mode, "CGROUPS", "per-call", "off", "sometimes"),
+        (network_mode, "NETWORK", "slot", "per-call", "none"),
+        (standby_mode, "STANDBY", "on", "off", "no"),
+    ],
+)
+def test_a_choice_setting_defaults_strips_and_names_what_is_wrong(
+    read: Callable[[Mapping[str, str]], str], name: str, default: str, other: str, wrong: str
+) -> None:
+    env = f"VESSEL_SANDBOX_{name}"
+    assert read({}) == read({env: ""}) == default
+    assert read({env: f" {other} "}) == other
+    with pytest.raises(ValueError, match=rf"^{env}='{wrong}': expected one of {default}, "):
+        read({env: wrong})
 
 
 def test_staged_etc_holds_only_the_allow_list_and_the_hosts_certificates(tmp_path: Path) -> None:

@@ -221,8 +221,10 @@ def test_a_port_in_use_is_a_clear_error() -> None:
 
 def test_exports_are_complete() -> None:
     public = {n for n in vars(metrics) if not n.startswith("_")}
-    imported = {"annotations", "functools", "os", "threading", "dataclass", "HTTPServer"}
+    imported = {"annotations", "functools", "os", "threading", "weakref", "dataclass"}
+    imported |= {"HTTPServer", "Iterator", "TYPE_CHECKING", "Protocol"}
     imported |= {"REGISTRY", "CollectorRegistry", "Counter", "Histogram", "start_http_server"}
+    imported |= {"CounterMetricFamily", "GaugeMetricFamily", "Metric", "Collector"}
     imported |= {"ConfigError", "ToolResult"}
     assert set(metrics.__all__) == public - imported
 
@@ -284,6 +286,12 @@ def test_workers_serve_metrics_of_real_calls(
     assert value(s, "vessel_call_duration_seconds_sum", **sandbox) >= 1.0
     # A sandbox worker never counts service calls, and the other way round.
     assert value(s, "vessel_calls_total", tool="lookup", outcome="ok", **service) == 0
+    # Its standbys: how many it started depends on how the calls met, but each one
+    # started was used, killed, or is waiting.
+    standbys = {o: value(s, "vessel_sandbox_standbys_total", outcome=o) for o in ("used", "unused")}
+    waiting = value(s, "vessel_sandbox_standbys_waiting")
+    started = s[("vessel_sandbox_standbys_total", frozenset({("outcome", "started")}))]
+    assert standbys["used"] + standbys["unused"] + waiting == started, (standbys, waiting)
 
     def service_settled() -> Samples | None:
         s = scrape(service_port)
@@ -294,4 +302,5 @@ def test_workers_serve_metrics_of_real_calls(
     assert value(s, "vessel_calls_total", tool="lookup", outcome="error", **service) == 1
     assert value(s, "vessel_call_errors_total", tool="lookup", **service) == 1
     assert value(s, "vessel_call_timeouts_total", **service) == 0
+    assert ("vessel_sandbox_standbys_waiting", frozenset()) not in s  # no sandboxes here
     assert value(s, "vessel_calls_total", tool="echo", outcome="ok", **sandbox) == 0

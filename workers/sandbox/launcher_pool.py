@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import resource
 import threading
+import time
 import weakref
 from collections.abc import Hashable
 
@@ -162,6 +163,31 @@ class LauncherPool:
                     self._free.append(launcher)
                     return
         self._retire(launcher)
+
+    def standbys_waiting(self) -> int:
+        """How many free launchers hold a standby now."""
+        with self._lock:
+            return sum(each.standby is not None for each in self._free)
+
+    def drop_idle_standbys(self, older_than: float) -> int:
+        """Kill the standbys of free launchers started more than `older_than` seconds ago
+        (`Standby.discard`); return how many. The launchers stay, free again: each is
+        out of the free list while its standby is killed, so no call takes it then."""
+        if os.getpid() != self.owner:
+            return 0
+        now = time.monotonic()
+        with self._lock:
+            idle = [
+                each
+                for each in self._free
+                if each.standby is not None and now - each.standby.born > older_than
+            ]
+            for each in idle:
+                self._free.remove(each)
+        for each in idle:
+            each.drop_standby()
+            self.give(each)
+        return len(idle)
 
     def _retire(self, launcher: Launcher) -> None:
         with self._lock:

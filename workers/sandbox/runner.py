@@ -95,7 +95,9 @@ from workers.sandbox.outbox import DEFAULT_OUTBOX_CAP_BYTES, collect_outbox, ens
 from workers.sandbox.reachable import ReachabilityCheck
 from workers.sandbox.standby import (
     ENV_SANDBOX_STANDBY,
+    STANDBY_IDLE_SECONDS,
     Standby,
+    StandbyCounts,
     prefix_takes_standby,
     standby_mode,
 )
@@ -201,8 +203,11 @@ class SandboxRunner:
         if self._spawner is not None:
             self._stage_now()
         self._lock = threading.Lock()
-        #: Calls that found their sandbox started ahead (`standby.py`), in this process.
+        #: Standbys (`standby.py`) of this process: started, taken by a call (also the
+        #: calls that found their sandbox started ahead), killed unused.
+        self.standbys_started = 0
         self.standby_calls = 0
+        self.standbys_unused = 0
         #: The standby keys of this process's last calls: a standby is started only for
         #: a key seen again, not for every agent of a mix.
         self._recent_keys: collections.deque[tuple[Hashable, ...]] = collections.deque(
@@ -464,9 +469,12 @@ class SandboxRunner:
                 keep_chars=settings.tool_output_chars,
                 standby=given,
             )
-            if given is not None and given.released:
+            if given is not None:
                 with self._lock:
-                    self.standby_calls += 1
+                    if given.released:
+                        self.standby_calls += 1
+                    else:  # it could not take the command: the call started anew
+                        self.standbys_unused += 1
             outbox = collect_outbox(outbox_dir, self.outbox_cap_bytes)
         except (OSError, ValueError) as exc:
             return result(is_error=True, output=f"[sandbox error: {exc}]", outcome="error")
@@ -615,6 +623,8 @@ class SandboxRunner:
                 with_stdin=tool.input != "args",
                 on_discard=self._let_go,
             )
+            with self._lock:
+                self.standbys_started += 1
         except (OSError, ValueError) as exc:
             _log.debug("sandbox: no standby after a call (%s)", exc)
             if outbox is not None:
@@ -624,9 +634,29 @@ class SandboxRunner:
             if held is not None:
                 self._stage.give(held)
 
+    def standby_counts(self) -> StandbyCounts:
+        """This process's standbys so far, and how many wait now (metrics)."""
+        pool = self._launchers
+        waiting = pool.standbys_waiting() if pool is not None and pool.owner == os.getpid() else 0
+        with self._lock:
+            return StandbyCounts(
+                started=self.standbys_started,
+                used=self.standby_calls,
+                unused=self.standbys_unused,
+                waiting=waiting,
+            )
+
+    def drop_idle_standbys(self, idle_seconds: float = STANDBY_IDLE_SECONDS) -> int:
+        """Kill the standbys no call took within `idle_seconds` of their start (the
+        sandbox worker's housekeeping, every minute); return how many."""
+        pool = self._launchers
+        return pool.drop_idle_standbys(idle_seconds) if pool is not None else 0
+
     def _let_go(self, standby: Standby) -> None:
         """A standby killed unused: its own folder removed (the one-call workspace, or a
         turn's call's outbox: never the turn's workspace), its stage given back."""
+        with self._lock:
+            self.standbys_unused += 1
         if standby.outbox is not None:
             self.workspaces.discard_later(standby.outbox)
         else:

@@ -32,7 +32,10 @@ launcher whose standby does not fit the call is given the call after its
 standby is killed. A standby older than `max_age` (half the workspaces' TTL:
 the sweep never removes a workspace a standby holds), or whose turn's
 workspace was removed since (another folder at the same path is not the one
-it binds), is killed instead of used.
+it binds), is killed instead of used; so is one no call took within
+`STANDBY_IDLE_SECONDS` (the worker's housekeeping, `SandboxRunner.drop_idle_standbys`:
+the calls it was started for have stopped coming, and it holds a slot's launcher
+and a workspace).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import os
 import struct
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from workers.sandbox.env_choice import env_choice
@@ -52,8 +56,10 @@ __all__ = [
     "STANDBY_ARGS",
     "STANDBY_BYTES",
     "STANDBY_FLAG",
+    "STANDBY_IDLE_SECONDS",
     "STANDBY_MODES",
     "Standby",
+    "StandbyCounts",
     "StandbyLost",
     "prefix_takes_standby",
     "standby_mode",
@@ -70,6 +76,21 @@ STANDBY_FLAG = "--vessel-standby"
 STANDBY_BYTES = 256 * 1024
 STANDBY_ARGS = 8192
 _LENGTH = struct.Struct("=Q")
+#: A standby no call took this long after its start is killed by the sandbox worker's
+#: housekeeping (which runs every minute: so it goes within two). The calls a standby
+#: is for come close together: one a minute old is for calls that stopped.
+STANDBY_IDLE_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class StandbyCounts:
+    """A worker process's standbys: started, taken by a call, killed unused (all so
+    far), and waiting now (the `vessel_sandbox_standbys` metrics)."""
+
+    started: int
+    used: int
+    unused: int
+    waiting: int
 
 
 def standby_mode(environ: Mapping[str, str]) -> str:
