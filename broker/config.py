@@ -29,7 +29,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from broker.constants import ENV_BROKER_URL, ENV_RESULT_BACKEND
 from broker.errors import ConfigError
@@ -55,6 +55,7 @@ __all__ = [
     "hide_password",
     "is_plain_redis",
     "is_sentinel",
+    "is_tls_redis",
 ]
 
 ENV_LEASE_GRACE_SECONDS = "VESSEL_LEASE_GRACE_SECONDS"
@@ -86,12 +87,44 @@ DEFAULT_RESULT_EXPIRES_SECONDS = 86_400
 #: (the worker exits, its supervisor restarts it and says so).
 DEFAULT_BROKER_OUTAGE_SECONDS = 300.0
 
-_REDIS_SCHEMES = frozenset({"redis", "rediss", "unix", "sentinel"})
+_REDIS_SCHEMES = frozenset({"redis", "rediss", "sentinel"})
 
 
 def is_plain_redis(url: str | None) -> bool:
-    """True for a `redis://` URL: not `rediss://`, `unix://` or `sentinel://`."""
-    return bool(url) and str(url).split("://", 1)[0].lower() == "redis"
+    """True for a `redis://` URL: not `rediss://` or `sentinel://`."""
+    return _scheme(url) == "redis"
+
+
+def is_tls_redis(url: str | None) -> bool:
+    """True for a `rediss://` URL."""
+    return _scheme(url) == "rediss"
+
+
+def _scheme(url: str | None) -> str:
+    return str(url).split("://", 1)[0].lower() if url else ""
+
+
+def _url_problem(name: str, url: str) -> str | None:
+    """What is wrong with `url` as the Redis of `name`, or None."""
+    scheme = urlsplit(url).scheme
+    if scheme == "unix":
+        return (
+            f"{name}={hide_password(url)!r}: Redis over a Unix socket is not supported "
+            "(kombu, which carries Celery's messages, takes no unix:// URL): use "
+            "redis://HOST:PORT, or rediss://HOST:PORT for TLS."
+        )
+    if scheme not in _REDIS_SCHEMES:
+        shown = hide_password(url)
+        return f"{name} must be a redis://, rediss:// or sentinel:// URL, not {shown!r}."
+    if scheme == "rediss" and "ssl_cert_reqs" not in parse_qs(urlsplit(url).query):
+        # kombu would default to no certificate check (CERT_NONE) and Celery's result
+        # backend refuses it: the choice is the operator's, said in the URL.
+        return (
+            f"{name}={hide_password(url)!r}: a rediss:// URL must say how the server's "
+            "certificate is checked: add ?ssl_cert_reqs=required (with &ssl_ca_certs=PATH "
+            "when a private CA signed it), or ?ssl_cert_reqs=none to skip the check."
+        )
+    return None
 
 
 def is_sentinel(url: str) -> bool:
@@ -177,11 +210,9 @@ class Settings:
             (ENV_BROKER_URL, self.broker_url),
             (ENV_RESULT_BACKEND, self.result_backend),
         ):
-            if url is not None and urlsplit(url).scheme not in _REDIS_SCHEMES:
-                raise ConfigError(
-                    f"{name} must be a redis://, rediss://, unix:// or sentinel:// URL, "
-                    f"not {hide_password(url)!r}."
-                )
+            problem = _url_problem(name, url) if url is not None else None
+            if problem is not None:
+                raise ConfigError(problem)
             if url is not None and is_sentinel(url) and not self.sentinel_master:
                 raise ConfigError(
                     f"{name} is a sentinel:// URL but {ENV_SENTINEL_MASTER} is not set: "

@@ -1,9 +1,9 @@
 """redis-py clients of the broker's Redis, direct or through Sentinel.
 
 `redis_client(url, sentinel_master=…)` is the one place admission, workers and
-clients build their redis-py client. For `redis://`, `rediss://` and `unix://`
-URLs it is `redis.Redis.from_url`; for Celery's `sentinel://h1:26379;sentinel://
-h2:26379` form it asks the Sentinels for the master named `sentinel_master`
+clients build their redis-py client. For `redis://` and `rediss://` URLs it is
+`redis.Redis.from_url`; for Celery's `sentinel://h1:26379;sentinel://h2:26379` form
+it asks the Sentinels for the master named `sentinel_master`
 (`VESSEL_SENTINEL_MASTER`) and follows it across failovers (redis-py's
 `Sentinel(...).master_for(...)`). A password in the URL is the master's; the
 database is the first part's path (`sentinel://h:26379/0`).

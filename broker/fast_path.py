@@ -14,7 +14,8 @@ Both depend on how a given kombu and Celery build and consume a message. So
 before either runs, this module checks what they rely on:
 
 * the setting: `VESSEL_FAST_PATH=off` turns both off;
-* a plain `redis://` broker (kombu's TLS defaults hang on the transport name);
+* a plain `redis://` broker (the shortcuts were only ever run on one; a TLS broker
+  gets kombu's transport with the restart fix alone);
 * kombu and Celery releases this project's CI ran the path on (`KNOWN_KOMBU`,
   `KNOWN_CELERY`; the transport alone: `KNOWN_TRANSPORT_KOMBU`);
 * kombu's batch-publish hooks exist (`Producer.batch`, the Redis channel's
@@ -33,8 +34,8 @@ When a check fails, calls are published the plain way: admission returns them
 (`Dispatched`) and the caller publishes them with `send_task`
 (`broker.admission.publish`), and one log line says why (a warning; at info
 level when the setting turned it off). A `redis://` worker whose transport is
-refused runs `broker.transport.SafeRedisTransport`: kombu's, with the one fix
-that keeps a worker alive across a Redis restart.
+refused, and every `rediss://` one, runs `broker.transport.SafeRedisTransport`:
+kombu's, with the one fix that keeps a worker alive across a Redis restart.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def transport_reason(settings: Settings) -> str | None:
     if not settings.fast_path:
         return f"{ENV_FAST_PATH}=off"
     if not is_plain_redis(settings.broker_url):
-        return "the broker URL is not redis:// (kombu's own transport serves it)"
+        return "the broker URL is not redis:// (kombu's own transport serves it, restoring safely)"
     kombu_version, _ = _versions()
     if release(kombu_version) not in KNOWN_TRANSPORT_KOMBU:
         return (

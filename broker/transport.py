@@ -30,8 +30,12 @@ anything else on the broker) keep kombu's bookkeeping unchanged.
 
 `broker.celery_app.make_app` selects this transport (`broker_transport`) for
 `redis://` broker URLs when `broker.fast_path` allows it (a kombu release CI
-ran it on, `VESSEL_FAST_PATH` not off). Not for `rediss://`: kombu derives its
-TLS defaults from that transport name, so TLS brokers keep kombu's own class.
+ran it on, `VESSEL_FAST_PATH` not off), and `SafeRedisTransport` (kombu's, with
+only the fix that keeps a worker alive across a Redis restart) for the other
+`redis://` and every `rediss://` one. A TLS broker's settings come from its URL's
+`ssl_*` parameters whatever the transport's name; the one thing kombu derives
+from the name `rediss` is a default of no certificate check when the URL names
+none, and `broker.config` refuses such a URL (`ssl_cert_reqs` is required).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
 from broker.admission.keys import ADMISSION_TAG_PREFIX
-from broker.config import Settings, is_plain_redis
+from broker.config import Settings, is_plain_redis, is_tls_redis
 from broker.fast_path import transport_reason
 
 _log = logging.getLogger(__name__)
@@ -272,17 +276,19 @@ class SafeRedisChannel(kombu_redis.Channel):
 
 
 class SafeRedisTransport(kombu_redis.Transport):
-    """kombu's Redis transport (`redis://`), unchanged but for `SafeQoS`.
+    """kombu's Redis transport (`redis://`, `rediss://`), unchanged but for `SafeQoS`.
 
     What a worker runs when `broker.fast_path` refuses `RedisTransport`
-    (`VESSEL_FAST_PATH=off`, a kombu CI did not run the shortcuts on): the
-    shortcuts go, the fix that keeps a worker alive across a Redis restart stays.
+    (`VESSEL_FAST_PATH=off`, a kombu CI did not run the shortcuts on, a TLS
+    broker): the shortcuts go, the fix that keeps a worker alive across a Redis
+    restart stays.
     """
 
     Channel = SafeRedisChannel
 
 
-#: The `broker_transport` of redis:// broker URLs when the fast path is off.
+#: The `broker_transport` of redis:// broker URLs when the fast path is off, and of
+#: rediss:// ones.
 SAFE_TRANSPORT = f"{__name__}:SafeRedisTransport"
 
 
@@ -321,9 +327,10 @@ def transport_for(settings: Settings) -> str | None:
 
     `TRANSPORT` when `broker.fast_path.transport_reason` finds nothing against
     it (the setting, a `redis://` URL, a kombu release CI ran these shortcuts
-    on); else `SAFE_TRANSPORT` for any other `redis://` broker; None for the
-    rest (`rediss://`, see the module's docstring).
+    on); else `SAFE_TRANSPORT` for any other `redis://` or `rediss://` broker;
+    None for the rest (Sentinel: `broker.celery_app` picks `SENTINEL_TRANSPORT`).
     """
     if transport_reason(settings) is None:
         return TRANSPORT
-    return SAFE_TRANSPORT if is_plain_redis(settings.broker_url) else None
+    url = settings.broker_url
+    return SAFE_TRANSPORT if is_plain_redis(url) or is_tls_redis(url) else None

@@ -12,6 +12,7 @@ need_apt=()
 command -v bwrap >/dev/null || need_apt+=(bubblewrap)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-sentinel >/dev/null || need_apt+=(redis-sentinel)  # the Sentinel failover test
+command -v openssl >/dev/null || need_apt+=(openssl)  # the TLS Redis tests' certificates
 [ -e /usr/lib/x86_64-linux-gnu/libseccomp.so.2 ] || [ -e /lib/x86_64-linux-gnu/libseccomp.so.2 ] \
   || ldconfig -p 2>/dev/null | grep -q libseccomp.so.2 || need_apt+=(libseccomp2)
 python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)

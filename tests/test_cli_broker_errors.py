@@ -151,5 +151,5 @@ def test_call_in_plain_text_to_a_tls_redis(tls_redis: str) -> None:
 
 
 def test_call_in_tls_to_a_plain_redis(redis_server: str) -> None:
-    url = redis_server.replace("redis://", "rediss://") + "/0"
+    url = redis_server.replace("redis://", "rediss://") + "/0?ssl_cert_reqs=none"
     assert_one_line(run(*CALL, url=url), "call", url, "TLS", "redis://")

@@ -4,6 +4,7 @@ waiting, and cancel of calls that are still queued. Settings from the environmen
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -83,6 +84,27 @@ def test_settings_come_from_the_environment_and_hide_passwords() -> None:
         {"VESSEL_BROKER_URL": "redis://a/0", "VESSEL_RESULT_BACKEND": "redis://b/1"}
     )
     assert both.backend_url == "redis://b/1"
+
+
+@pytest.mark.parametrize(
+    ("variable", "url", "said"),
+    [
+        # kombu has no transport for it: a worker would end in a traceback.
+        ("VESSEL_BROKER_URL", "unix:///run/redis.sock", "Redis over a Unix socket"),
+        # kombu would check no certificate; Celery's result backend refuses it.
+        ("VESSEL_BROKER_URL", "rediss://:pw@r:6380/0", "?ssl_cert_reqs=required"),
+        ("VESSEL_RESULT_BACKEND", "rediss://r:6380/1?ssl_ca_certs=/ca.pem", "ssl_cert_reqs"),
+    ],
+)
+def test_a_redis_url_kombu_or_celery_would_mishandle_is_refused_saying_why(
+    variable: str, url: str, said: str
+) -> None:
+    env = {"VESSEL_BROKER_URL": "redis://a/0", variable: url}
+    with pytest.raises(ConfigError, match=rf"^{variable}=.*{re.escape(said)}") as caught:
+        Settings.from_environ(env)
+    assert ":pw@" not in str(caught.value)
+    tls = "rediss://r:6380/0?ssl_cert_reqs=required&ssl_ca_certs=/ca.pem"
+    assert Settings.from_environ({"VESSEL_BROKER_URL": tls}).backend_url == tls
 
 
 def test_a_client_needs_a_broker() -> None:

@@ -136,8 +136,9 @@ def test_a_redis_worker_the_shortcuts_are_refused_to_still_restores_safely() -> 
 
     assert transport("redis://127.0.0.1:6379/0", True) == TRANSPORT
     assert transport("redis://127.0.0.1:6379/0", False) == SAFE_TRANSPORT
-    # TLS: kombu derives its defaults from its own transport's name.
-    assert transport("rediss://127.0.0.1:6379/0", True) is None
+    # TLS: no shortcuts, the restart fix (its TLS settings come from the URL).
+    tls = "rediss://127.0.0.1:6379/0?ssl_cert_reqs=required"
+    assert transport(tls, True) == transport(tls, False) == SAFE_TRANSPORT
 
 
 def test_a_bad_setting_is_refused_with_its_name() -> None:

@@ -2,7 +2,9 @@
 
 Each test starts its own redis-server on a port of its own, with an
 append-only file (fsync always) where a restart must keep the data, and
-kills it with SIGKILL mid-load:
+kills it with SIGKILL mid-load; the tests on `outage_cluster` run twice, on a
+plain Redis and on a TLS-only one (`rediss://`, a certificate checked against
+the test's own CA):
 
 * restarted with its data, ten times in a row: every call ends with one ok
   result, no worker exits, and a call submitted as soon as Redis answers again
@@ -50,15 +52,48 @@ RESTARTS = 10
 CALLS_PER_RESTART = 12
 
 
-class OwnRedis:
-    """A redis-server on a fixed port that a test kills and starts again."""
+def _tls_files(folder: Path) -> tuple[Path, Path, Path]:
+    """(CA certificate, server certificate for 127.0.0.1, its key), made with openssl."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.fail("openssl is not installed: run scripts/setup.sh")
+    ca, ca_key = folder / "ca.pem", folder / "ca.key"
+    cert, key, request = folder / "server.pem", folder / "server.key", folder / "server.csr"
+    ext = folder / "server.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1\n")
+    for args in (
+        ("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca),
+        ("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", request),
+        ("x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial"),
+    ):
+        extra: tuple[str | Path, ...] = ("-days", "2")
+        if args[0] == "req":
+            extra += ("-subj", "/CN=vessel-test-ca" if "-x509" in args else "/CN=127.0.0.1")
+        else:
+            extra += ("-out", cert, "-extfile", ext)
+        subprocess.run([openssl, *args, *extra], check=True, capture_output=True)
+    return ca, cert, key
 
-    def __init__(self, folder: Path, *, persistent: bool = True) -> None:
+
+class OwnRedis:
+    """A redis-server on a fixed port that a test kills and starts again; with `tls`,
+    it speaks TLS only (a certificate its clients check against the test's CA)."""
+
+    def __init__(self, folder: Path, *, persistent: bool = True, tls: bool = False) -> None:
         self.folder = folder
         self.port = free_port()
         self.persistent = persistent
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.tls_args: tuple[str, ...] = ()
+        if tls:
+            ca, cert, key = _tls_files(folder)
+            self.url = f"rediss://127.0.0.1:{self.port}/0?ssl_cert_reqs=required&ssl_ca_certs={ca}"
+            self.tls_args = (
+                *("--port", "0", "--tls-port", str(self.port), "--tls-auth-clients", "no"),
+                *("--tls-cert-file", str(cert), "--tls-key-file", str(key)),
+                *("--tls-ca-cert-file", str(ca)),
+            )
 
     def start(self, *, wait: bool = True) -> None:
         binary = shutil.which("redis-server")
@@ -68,6 +103,7 @@ class OwnRedis:
         self.proc = subprocess.Popen(
             [
                 *(binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""),
+                *self.tls_args,
                 *("--appendonly", aof[0], "--appendfsync", aof[1]),
                 *("--maxmemory-policy", "noeviction", "--dir", str(self.folder)),
             ],
@@ -78,7 +114,7 @@ class OwnRedis:
             self.wait_answering()
 
     def wait_answering(self) -> None:
-        client = redis.Redis(port=self.port)
+        client = redis.Redis.from_url(self.url)
         deadline = time.monotonic() + 20
         try:
             while True:
@@ -102,9 +138,12 @@ class OwnRedis:
             self.proc.wait(10)
 
 
-@pytest.fixture
-def outage_cluster(tmp_path: Path) -> Iterator[tuple[Cluster, OwnRedis]]:
-    own = OwnRedis(tmp_path)
+@pytest.fixture(params=["redis", "rediss"])
+def outage_cluster(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Cluster, OwnRedis]]:
+    """Workers on a Redis of their own: plain (`redis://`) or TLS (`rediss://`)."""
+    own = OwnRedis(tmp_path, tls=request.param == "rediss")
     own.start()
     recorder = Recorder()
     server = serve(recorder)
