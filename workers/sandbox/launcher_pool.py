@@ -185,8 +185,10 @@ class LauncherPool:
             for each in idle:
                 self._free.remove(each)
         for each in idle:
-            each.drop_standby()
-            self.give(each)
+            try:
+                each.drop_standby()
+            finally:  # back, or retired if it broke: never out of the pool for good
+                self.give(each)
         return len(idle)
 
     def _retire(self, launcher: Launcher) -> None:
