@@ -106,7 +106,8 @@ def _scheme(url: str | None) -> str:
 
 def _url_problem(name: str, url: str) -> str | None:
     """What is wrong with `url` as the Redis of `name`, or None."""
-    scheme = urlsplit(url).scheme
+    parts = urlsplit(url)
+    scheme = parts.scheme
     if scheme == "unix":
         return (
             f"{name}={hide_password(url)!r}: Redis over a Unix socket is not supported "
@@ -116,7 +117,7 @@ def _url_problem(name: str, url: str) -> str | None:
     if scheme not in _REDIS_SCHEMES:
         shown = hide_password(url)
         return f"{name} must be a redis://, rediss:// or sentinel:// URL, not {shown!r}."
-    if scheme == "rediss" and "ssl_cert_reqs" not in parse_qs(urlsplit(url).query):
+    if scheme == "rediss" and "ssl_cert_reqs" not in parse_qs(parts.query):
         # kombu would default to no certificate check (CERT_NONE) and Celery's result
         # backend refuses it: the choice is the operator's, said in the URL.
         return (

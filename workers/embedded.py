@@ -4,7 +4,9 @@ With `VESSEL_BROKER_URL` unset, `vessel-workers call` and `vessel-workers mcp`
 run the call the whole way it goes in production, in this process
 (`broker.embedded`): the client submits through admission (`LocalAdmission`),
 a Celery worker thread built as a worker builds one (`workers.assembly`) runs it, and the
-result comes back through the in-memory result backend.
+result comes back through the in-memory result backend. Its housekeeping is a
+worker's (`workers.housekeeping`): a long-lived embedded MCP server sweeps
+expired workspaces and kills idle standbys as a sandbox worker does.
 
 It is where the two sides meet, like the command line: the worker modules
 themselves never import the client (tests/test_layering.py).
@@ -19,13 +21,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from broker.admission import Admission, LocalAdmission
-from broker.admission.publish import publish
 from broker.client import VesselClient
 from broker.config import Settings
 from broker.embedded import embedded_worker
 from broker.model import Deployment
 from broker.queues import Kind, shared_lane
 from workers.assembly import build_executor, build_runtime, close_executor, on_cancel_message
+from workers.housekeeping import Housekeeper
 
 __all__ = ["embedded_client"]
 
@@ -64,10 +66,14 @@ def embedded_client(
     subscription = admission.listen_cancels(
         functools.partial(on_cancel_message, runtime, _workspaces)
     )
+    housekeeper = Housekeeper(runtime, {lane: 2}, _workspaces)
     try:
         with embedded_worker(app, queues=[lane], concurrency=2):
-            publish(app, admission.heartbeat(kind, hostname, {lane: 2}, 0))
-            yield VesselClient(deployment, settings, app=app, admission=admission)
+            housekeeper.start()  # its first beat opens the lane
+            try:
+                yield VesselClient(deployment, settings, app=app, admission=admission)
+            finally:
+                housekeeper.stop()
     finally:
         subscription.close()
         close_executor(executor)

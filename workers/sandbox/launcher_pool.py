@@ -128,7 +128,7 @@ class LauncherPool:
                 if (
                     launcher is not None
                     and _stands_by_for_others(launcher, standby_key)
-                    and sum(each.standby is not None for each in self._free) < MAX_STANDBYS
+                    and self._standing_by() < MAX_STANDBYS
                 ):
                     launcher = None  # every fitting one stands by for other calls: keep them
                 elif launcher is not None:
@@ -165,9 +165,15 @@ class LauncherPool:
         self._retire(launcher)
 
     def standbys_waiting(self) -> int:
-        """How many free launchers hold a standby now."""
+        """How many free launchers hold a standby now (0 in another process)."""
+        if os.getpid() != self.owner:
+            return 0
         with self._lock:
-            return sum(each.standby is not None for each in self._free)
+            return self._standing_by()
+
+    def _standing_by(self) -> int:
+        """`standbys_waiting`, the lock held."""
+        return sum(each.standby is not None for each in self._free)
 
     def drop_idle_standbys(self, older_than: float) -> int:
         """Kill the standbys of free launchers started more than `older_than` seconds ago

@@ -637,7 +637,7 @@ class SandboxRunner:
     def standby_counts(self) -> StandbyCounts:
         """This process's standbys so far, and how many wait now (metrics)."""
         pool = self._launchers
-        waiting = pool.standbys_waiting() if pool is not None and pool.owner == os.getpid() else 0
+        waiting = pool.standbys_waiting() if pool is not None else 0
         with self._lock:
             return StandbyCounts(
                 started=self.standbys_started,
@@ -646,11 +646,16 @@ class SandboxRunner:
                 waiting=waiting,
             )
 
-    def drop_idle_standbys(self, idle_seconds: float = STANDBY_IDLE_SECONDS) -> int:
-        """Kill the standbys no call took within `idle_seconds` of their start (the
-        sandbox worker's housekeeping, every minute); return how many."""
+    def drop_idle_standbys(self, idle_seconds: float | None = None) -> int:
+        """Kill the standbys no call took within `idle_seconds` (default
+        STANDBY_IDLE_SECONDS) of their start (the sandbox worker's housekeeping, every
+        minute); return how many."""
         pool = self._launchers
-        return pool.drop_idle_standbys(idle_seconds) if pool is not None else 0
+        if pool is None:
+            return 0
+        # The constant read at each call, not bound as a default (tests shorten it).
+        older_than = STANDBY_IDLE_SECONDS if idle_seconds is None else idle_seconds
+        return pool.drop_idle_standbys(older_than)
 
     def _let_go(self, standby: Standby) -> None:
         """A standby killed unused: its own folder removed (the one-call workspace, or a

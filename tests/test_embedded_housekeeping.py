@@ -1,0 +1,93 @@
+"""The embedded default's housekeeping (`workers/embedded.py`): a long-lived embedded
+client (`vessel-workers mcp` with no broker) sweeps expired workspaces and kills
+the standby sandboxes no call took, on a sandbox worker's periods (shortened here).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES
+
+import workers.sandbox.runner as runner_module
+from broker.config import Settings
+from broker.loading import load_deployment
+from workers import embedded, housekeeping
+from workers.embedded import embedded_client
+
+NOTE = "a.md"
+
+
+def _within(seconds: float, ready: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _workspaces(root: Path) -> list[Path]:
+    """The turns' workspaces under `root`: agent folder / workspace (not the outboxes,
+    nor the fresh one-call workspaces made ahead, named with a dot)."""
+    return [
+        ws
+        for agent in root.iterdir()
+        if not agent.name.startswith(".")
+        for ws in agent.iterdir()
+        if not ws.name.startswith(".")
+    ]
+
+
+def test_a_long_lived_embedded_client_sweeps_expired_workspaces_and_idle_standbys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "ws"
+    monkeypatch.setenv("VESSEL_WORKSPACE_ROOT", str(root))
+    monkeypatch.setattr(housekeeping, "_WORKSPACE_SWEEP_SECONDS", 0.3)
+    monkeypatch.setattr(runner_module, "STANDBY_IDLE_SECONDS", 1.0)
+    built: list[tuple[object, object]] = []
+    real_build = embedded.build_executor
+
+    def recording_build(*args: object, **kwargs: object) -> object:
+        built.append(made := real_build(*args, **kwargs))  # type: ignore[arg-type]
+        return made
+
+    monkeypatch.setattr(embedded, "build_executor", recording_build)
+    deployment = load_deployment(str(EXAMPLES / "deployment.toml"))
+    settings = Settings(heartbeat_seconds=0.1, sweep_seconds=0.1)
+    with embedded_client(deployment, settings, "sandbox") as client:
+        runner = built[0][0].sandbox  # type: ignore[attr-defined]
+
+        def count(**turn: str) -> None:
+            result = client.call(
+                "field-guide",
+                "word_count",
+                {"path": "/data/notes/" + NOTE},
+                owner="web/a",
+                timeout=30,
+                **turn,
+            )
+            assert not result.is_error, result.output
+
+        count(turn="turn-kept")
+        (kept,) = _workspaces(root)
+        for _ in range(4):  # three like calls close together start a standby
+            count()
+        time.sleep(1.0)  # three sweeps: the turn's workspace is young, kept
+        assert _workspaces(root) == [kept]
+        old = time.time() - 2 * 3600  # past the one-hour TTL
+        os.utime(kept, (old, old))
+        assert _within(10, lambda: not kept.exists()), "the expired workspace was not swept"
+        if runner.standby_mode.startswith("on"):
+            assert runner.standby_counts().started >= 1
+            assert _within(10, lambda: runner.standby_counts().waiting == 0), (
+                runner.standby_counts()
+            )
+            counts = runner.standby_counts()
+            assert counts.unused >= 1 and counts.started == counts.used + counts.unused, counts
+        count()  # and calls still run
