@@ -17,15 +17,35 @@ from contextlib import contextmanager
 from typing import Any
 
 from celery import Celery
+from celery.app.trace import trace_task_ret
+from celery.concurrency.thread import TaskPool as ThreadTaskPool
 from celery.contrib.testing.worker import TestWorkController
 from celery.worker import state
 
 from broker.admission.in_process import LocalAdmission
 
-__all__ = ["LocalAdmission", "embedded_worker"]
+__all__ = ["AppThreadPool", "LocalAdmission", "embedded_worker"]
 
 #: A task that does nothing: sent to wake the worker's poll so it stops at once.
 _WAKEUP_TASK = "vessel.embedded_wakeup"
+
+
+class AppThreadPool(ThreadTaskPool):  # type: ignore[misc]  # celery is untyped
+    """Celery's threads pool, tracing each task in the worker's own app.
+
+    A `celery worker` process makes its app the current and default one
+    (`setup_worker_optimizations`); a worker in a thread does not, and Celery's pool
+    then looks the task up in `current_app`: in a process that made other apps
+    (two embedded clients one after another, a platform's own), another app's task
+    of the same name, bound to another client's runtime.
+    """
+
+    def on_apply(
+        self, target: Any, args: Any = None, kwargs: Any = None, *rest: Any, **options: Any
+    ) -> Any:
+        if target is trace_task_ret:
+            kwargs = {**(kwargs or {}), "app": self.app}
+        return super().on_apply(target, args, kwargs, *rest, **options)
 
 
 @contextmanager
@@ -34,15 +54,15 @@ def embedded_worker(
 ) -> Iterator[TestWorkController]:
     """Run a Celery worker on `app` in a thread until the block ends.
 
-    The threads pool, because the sandbox runner must spawn from long-lived
-    threads (bubblewrap's --die-with-parent follows the parent thread).
+    The threads pool (`AppThreadPool`), because the sandbox runner must spawn from
+    long-lived threads (bubblewrap's --die-with-parent follows the parent thread).
     """
     if _WAKEUP_TASK not in app.tasks:
-        app.task(name=_WAKEUP_TASK, ignore_result=True)(_nothing)
+        app.task(name=_WAKEUP_TASK, ignore_result=True, shared=False)(_nothing)
     worker = TestWorkController(
         app=app,
         concurrency=concurrency,
-        pool="threads",
+        pool=AppThreadPool,
         hostname="embedded@localhost",
         queues=queues,
         loglevel="WARNING",

@@ -325,6 +325,9 @@ def register_tasks(app: Celery, runtime: CallRuntime) -> None:
     @app.task(  # type: ignore[untyped-decorator]
         name=TASK_NAMES[runtime.kind],
         ignore_result=True,
+        # This app's alone: Celery's default (shared) would add it, bound to this
+        # runtime, to every app finalized later in the process.
+        shared=False,
         acks_late=True,
         reject_on_worker_lost=True,
         typing=False,

@@ -75,6 +75,25 @@ def _started_standbys(runner: SandboxRunner) -> list[int]:
     return found
 
 
+def _bound_standbys(runner: SandboxRunner) -> list[int]:
+    """`_started_standbys` once one is past bwrap's set-up (its binds made: the prefix
+    waits for its command), within ten seconds."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = _standby_processes(runner)
+        if any(_comm(pid) not in ("bwrap", "") for pid in found):
+            return found
+        time.sleep(0.01)
+    return []
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def _alive(pids: list[int]) -> list[int]:
     return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
 
@@ -258,7 +277,9 @@ def test_a_standby_of_a_turn_that_ended_is_not_used(sandbox: Sandbox) -> None:
     _needs_standbys(sandbox.runner)
     for _ in range(3):
         assert not sandbox.call(shell=_TURN_CALL, turn="turn-c").is_error
-    _started_standbys(sandbox.runner)
+    # Its binds made first: a standby whose bwrap binds only after the turn's folder
+    # was made again binds the new one, and may rightly take the call.
+    assert _bound_standbys(sandbox.runner)
     sandbox.runner.workspaces.end_turn("test-agent", "turn-c")
     again = sandbox.call(shell=_TURN_CALL, turn="turn-c")
     assert again.output.splitlines() == ["count=1", "outbox="], again.output

@@ -1,6 +1,7 @@
-"""The embedded default's housekeeping (`workers/embedded.py`): a long-lived embedded
-client (`vessel-workers mcp` with no broker) sweeps expired workspaces and kills
-the standby sandboxes no call took, on a sandbox worker's periods (shortened here).
+"""The embedded default (`workers/embedded.py`) in a long-lived process: its
+housekeeping (a long-lived embedded client, `vessel-workers mcp` with no broker,
+sweeps expired workspaces and kills the standby sandboxes no call took, on a sandbox
+worker's periods, shortened here), and clients made one after another in it.
 """
 
 from __future__ import annotations
@@ -91,3 +92,22 @@ def test_a_long_lived_embedded_client_sweeps_expired_workspaces_and_idle_standby
             counts = runner.standby_counts()
             assert counts.unused >= 1 and counts.started == counts.used + counts.unused, counts
         count()  # and calls still run
+
+
+def test_embedded_clients_one_after_another_in_a_process_each_run_their_own_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Celery's tasks are shared by default: the first client's task, bound to its
+    # (closed) runtime, was added to the second's app (and warned as a duplicate).
+    monkeypatch.setenv("VESSEL_WORKSPACE_ROOT", str(tmp_path / "ws"))
+    deployment = load_deployment(str(EXAMPLES / "deployment.toml"))
+    for round_ in range(2):
+        with embedded_client(deployment, Settings(), "sandbox") as client:
+            result = client.call(
+                "field-guide",
+                "word_count",
+                {"path": f"/data/notes/{NOTE}"},
+                owner="web/a",
+                timeout=30,
+            )
+            assert not result.is_error, (round_, result.output)
