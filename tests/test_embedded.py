@@ -15,12 +15,21 @@ import pytest
 from conftest import EXAMPLES
 
 import workers.sandbox.runner as runner_module
+from broker.client import VesselClient
 from broker.config import Settings
 from broker.loading import load_deployment
 from workers import embedded, housekeeping
 from workers.embedded import embedded_client
 
-NOTE = "a.md"
+#: A page of the example's sample data that the field guide's word_count reads.
+NOTE = "/data/notes/a.md"
+
+
+def _word_count(client: VesselClient, **turn: str) -> None:
+    result = client.call(
+        "field-guide", "word_count", {"path": NOTE}, owner="web/a", timeout=30, **turn
+    )
+    assert not result.is_error, result.output
 
 
 def _within(seconds: float, ready: Callable[[], bool]) -> bool:
@@ -62,26 +71,15 @@ def test_a_long_lived_embedded_client_sweeps_expired_workspaces_and_idle_standby
     deployment = load_deployment(str(EXAMPLES / "deployment.toml"))
     settings = Settings(heartbeat_seconds=0.1, sweep_seconds=0.1)
     with embedded_client(deployment, settings, "sandbox") as client:
-        runner = built[0][0].sandbox  # type: ignore[attr-defined]
-
-        def count(**turn: str) -> None:
-            result = client.call(
-                "field-guide",
-                "word_count",
-                {"path": "/data/notes/" + NOTE},
-                owner="web/a",
-                timeout=30,
-                **turn,
-            )
-            assert not result.is_error, result.output
-
-        count(turn="turn-kept")
+        executor, workspaces = built[0]
+        runner = executor.sandbox  # type: ignore[attr-defined]
+        _word_count(client, turn="turn-kept")
         (kept,) = _workspaces(root)
         for _ in range(4):  # three like calls close together start a standby
-            count()
+            _word_count(client)
         time.sleep(1.0)  # three sweeps: the turn's workspace is young, kept
         assert _workspaces(root) == [kept]
-        old = time.time() - 2 * 3600  # past the one-hour TTL
+        old = time.time() - 2 * workspaces.ttl_seconds  # type: ignore[attr-defined]
         os.utime(kept, (old, old))
         assert _within(10, lambda: not kept.exists()), "the expired workspace was not swept"
         if runner.standby_mode.startswith("on"):
@@ -91,7 +89,7 @@ def test_a_long_lived_embedded_client_sweeps_expired_workspaces_and_idle_standby
             )
             counts = runner.standby_counts()
             assert counts.unused >= 1 and counts.started == counts.used + counts.unused, counts
-        count()  # and calls still run
+        _word_count(client)  # and calls still run
 
 
 def test_embedded_clients_one_after_another_in_a_process_each_run_their_own_calls(
@@ -101,13 +99,6 @@ def test_embedded_clients_one_after_another_in_a_process_each_run_their_own_call
     # (closed) runtime, was added to the second's app (and warned as a duplicate).
     monkeypatch.setenv("VESSEL_WORKSPACE_ROOT", str(tmp_path / "ws"))
     deployment = load_deployment(str(EXAMPLES / "deployment.toml"))
-    for round_ in range(2):
+    for _ in range(2):
         with embedded_client(deployment, Settings(), "sandbox") as client:
-            result = client.call(
-                "field-guide",
-                "word_count",
-                {"path": f"/data/notes/{NOTE}"},
-                owner="web/a",
-                timeout=30,
-            )
-            assert not result.is_error, (round_, result.output)
+            _word_count(client)

@@ -66,22 +66,14 @@ def _standby_processes(runner: SandboxRunner) -> list[int]:
     return found
 
 
-def _started_standbys(runner: SandboxRunner) -> list[int]:
+def _started_standbys(runner: SandboxRunner, *, bound: bool = False) -> list[int]:
     """`_standby_processes` once there are some (the launcher starts one while the
-    call's result goes back), within ten seconds."""
-    deadline = time.monotonic() + 10
-    while not (found := _standby_processes(runner)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return found
-
-
-def _bound_standbys(runner: SandboxRunner) -> list[int]:
-    """`_started_standbys` once one is past bwrap's set-up (its binds made: the prefix
-    waits for its command), within ten seconds."""
+    call's result goes back), within ten seconds; `bound`: once one is past bwrap's
+    set-up (its binds made: the prefix waits for its command)."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         found = _standby_processes(runner)
-        if any(_comm(pid) not in ("bwrap", "") for pid in found):
+        if found and (not bound or any(_comm(pid) not in ("bwrap", "") for pid in found)):
             return found
         time.sleep(0.01)
     return []
@@ -279,7 +271,7 @@ def test_a_standby_of_a_turn_that_ended_is_not_used(sandbox: Sandbox) -> None:
         assert not sandbox.call(shell=_TURN_CALL, turn="turn-c").is_error
     # Its binds made first: a standby whose bwrap binds only after the turn's folder
     # was made again binds the new one, and may rightly take the call.
-    assert _bound_standbys(sandbox.runner)
+    assert _started_standbys(sandbox.runner, bound=True)
     sandbox.runner.workspaces.end_turn("test-agent", "turn-c")
     again = sandbox.call(shell=_TURN_CALL, turn="turn-c")
     assert again.output.splitlines() == ["count=1", "outbox="], again.output
