@@ -356,7 +356,9 @@ agent = Agent(
 )
 runner = SandboxRunner(WorkspaceStore(root / "workspaces"))
 (launcher,) = runner._launchers._all
-print(launcher.pid, *launcher.slot.dirs if launcher.slot else (), flush=True)
+# The launcher proper, then the process the worker started: for a root worker its
+# keeper, which removes the slot cgroups once the launcher proper is gone.
+print(launcher.pid, launcher.process.pid, *launcher.slot.dirs if launcher.slot else (), flush=True)
 runner.run(call_id="c", agent=agent, tool=tool, arguments={})
 """
 
@@ -371,7 +373,7 @@ def test_launchers_of_a_killed_worker_exit_and_remove_their_slots(tmp_path: Path
     )
     try:
         assert worker.stdout is not None
-        pid, *slots = worker.stdout.readline().split()
+        pid, keeper, *slots = worker.stdout.readline().split()
         children = Path(f"/proc/{int(pid)}/task/{int(pid)}/children")
         deadline = time.monotonic() + 10  # until the call runs under the launcher
         while not children.read_text().strip():
@@ -383,9 +385,11 @@ def test_launchers_of_a_killed_worker_exit_and_remove_their_slots(tmp_path: Path
         if worker.stdout is not None:
             worker.stdout.close()
     deadline = time.monotonic() + 10
-    while Path(f"/proc/{int(pid)}").exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    for each in (pid, keeper):  # the keeper's last act is removing the slots
+        while Path(f"/proc/{int(each)}").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
     assert not Path(f"/proc/{int(pid)}").exists(), "the launcher outlived its worker"
+    assert not Path(f"/proc/{int(keeper)}").exists(), "the launcher's keeper outlived it"
     assert not [s for s in slots if Path(s.decode()).exists()]
 
 
