@@ -14,8 +14,9 @@ Both depend on how a given kombu and Celery build and consume a message. So
 before either runs, this module checks what they rely on:
 
 * the setting: `VESSEL_FAST_PATH=off` turns both off;
-* a plain `redis://` broker (the shortcuts were only ever run on one; a TLS broker
-  gets kombu's transport with the restart fix alone);
+* a `redis://` or `rediss://` broker (TLS: the transport reads its settings from the
+  URL's `ssl_*` parameters whatever its class; not Sentinel, whose calls admission
+  never pushes);
 * kombu and Celery releases this project's CI ran the path on (`KNOWN_KOMBU`,
   `KNOWN_CELERY`; the transport alone: `KNOWN_TRANSPORT_KOMBU`);
 * kombu's batch-publish hooks exist (`Producer.batch`, the Redis channel's
@@ -33,8 +34,8 @@ before either runs, this module checks what they rely on:
 When a check fails, calls are published the plain way: admission returns them
 (`Dispatched`) and the caller publishes them with `send_task`
 (`broker.admission.publish`), and one log line says why (a warning; at info
-level when the setting turned it off). A `redis://` worker whose transport is
-refused, and every `rediss://` one, runs `broker.transport.SafeRedisTransport`:
+level when the setting turned it off). A `redis://` or `rediss://` worker whose
+transport is refused runs `broker.transport.SafeRedisTransport`:
 kombu's, with the one fix that keeps a worker alive across a Redis restart.
 """
 
@@ -46,7 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from broker.admission.keys import ADMISSION_TAG_PREFIX
-from broker.config import ENV_FAST_PATH, Settings, is_plain_redis
+from broker.config import ENV_FAST_PATH, Settings, is_plain_redis, is_tls_redis
 from broker.queues import KINDS, Kind
 
 if TYPE_CHECKING:
@@ -112,8 +113,12 @@ def transport_reason(settings: Settings) -> str | None:
     """Why `broker.transport.RedisTransport` must not be used here, or None if it may."""
     if not settings.fast_path:
         return f"{ENV_FAST_PATH}=off"
-    if not is_plain_redis(settings.broker_url):
-        return "the broker URL is not redis:// (kombu's own transport serves it, restoring safely)"
+    url = settings.broker_url
+    if not (is_plain_redis(url) or is_tls_redis(url)):
+        return (
+            "the broker URL is not redis:// or rediss:// "
+            "(kombu's own transport serves it, restoring safely)"
+        )
     kombu_version, _ = _versions()
     if release(kombu_version) not in KNOWN_TRANSPORT_KOMBU:
         return (

@@ -29,10 +29,10 @@ its lane. Messages with kombu's own tags (uuids: calls published by Celery,
 anything else on the broker) keep kombu's bookkeeping unchanged.
 
 `broker.celery_app.make_app` selects this transport (`broker_transport`) for
-`redis://` broker URLs when `broker.fast_path` allows it (a kombu release CI
-ran it on, `VESSEL_FAST_PATH` not off), and `SafeRedisTransport` (kombu's, with
-only the fix that keeps a worker alive across a Redis restart) for the other
-`redis://` and every `rediss://` one. A TLS broker's settings come from its URL's
+`redis://` and `rediss://` broker URLs when `broker.fast_path` allows it (a kombu
+release CI ran it on, `VESSEL_FAST_PATH` not off), and `SafeRedisTransport`
+(kombu's, with only the fix that keeps a worker alive across a Redis restart) for
+the others. A TLS broker's settings come from its URL's
 `ssl_*` parameters whatever the transport's name; the one thing kombu derives
 from the name `rediss` is a default of no certificate check when the URL names
 none, and `broker.config` refuses such a URL (`ssl_cert_reqs` is required).
@@ -279,16 +279,14 @@ class SafeRedisTransport(kombu_redis.Transport):
     """kombu's Redis transport (`redis://`, `rediss://`), unchanged but for `SafeQoS`.
 
     What a worker runs when `broker.fast_path` refuses `RedisTransport`
-    (`VESSEL_FAST_PATH=off`, a kombu CI did not run the shortcuts on, a TLS
-    broker): the shortcuts go, the fix that keeps a worker alive across a Redis
-    restart stays.
+    (`VESSEL_FAST_PATH=off`, a kombu CI did not run the shortcuts on): the
+    shortcuts go, the fix that keeps a worker alive across a Redis restart stays.
     """
 
     Channel = SafeRedisChannel
 
 
-#: The `broker_transport` of redis:// broker URLs when the fast path is off, and of
-#: rediss:// ones.
+#: The `broker_transport` of redis:// and rediss:// broker URLs when the fast path is off.
 SAFE_TRANSPORT = f"{__name__}:SafeRedisTransport"
 
 
@@ -313,7 +311,7 @@ SENTINEL_TRANSPORT = f"{__name__}:SentinelTransport"
 
 
 class RedisTransport(kombu_redis.Transport):
-    """kombu's Redis transport (`redis://`) with shared-client channels."""
+    """kombu's Redis transport (`redis://`, `rediss://`) with shared-client channels."""
 
     Channel = RedisChannel
 
@@ -326,8 +324,8 @@ def transport_for(settings: Settings) -> str | None:
     """The transport class path for these settings, or None to let kombu choose.
 
     `TRANSPORT` when `broker.fast_path.transport_reason` finds nothing against
-    it (the setting, a `redis://` URL, a kombu release CI ran these shortcuts
-    on); else `SAFE_TRANSPORT` for any other `redis://` or `rediss://` broker;
+    it (the setting, a `redis://` or `rediss://` URL, a kombu release CI ran these
+    shortcuts on); else `SAFE_TRANSPORT` for any other `redis://` or `rediss://` broker;
     None for the rest (Sentinel: `broker.celery_app` picks `SENTINEL_TRANSPORT`).
     """
     if transport_reason(settings) is None:

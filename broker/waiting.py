@@ -90,7 +90,7 @@ class _LostCheck:
             now = time.monotonic()
         if now - self._first_miss < confirm:
             return False
-        if self._waiter.stored(self._call_id) is not None:
+        if self._waiter._stored_now(self._call_id) is not None:
             return False
         return not admission.call_known(self._call_id)
 
@@ -135,6 +135,24 @@ class ResultWaiter:
     def stored(self, call_id: str) -> ToolResult | None:
         """The call's result if the backend holds it now."""
         return result_from_meta(self.app.backend.get_task_meta(call_id))
+
+    def _stored_now(self, call_id: str) -> ToolResult | None:
+        """The call's result if the Redis result backend holds it now, read once.
+
+        Not `stored`: Celery's reads retry on their own while Redis is unreachable
+        (`result_backend_always_retry`), silently and with a backoff of up to seconds,
+        so a wait whose read fell in an outage slept through it unreported and noticed
+        Redis back late. This read raises `_ChannelLost` instead, and the wait says so
+        and goes on across the outage as for its subscription (`_wait_across_outages`).
+        """
+        import redis  # noqa: PLC0415 (only with a Redis backend: redis-py is installed)
+
+        backend = self.app.backend
+        try:
+            stored = backend.client.get(backend.get_key_for_task(call_id))
+        except (redis.RedisError, OSError) as exc:
+            raise _ChannelLost from exc
+        return None if stored is None else result_from_meta(backend.decode_result(stored))
 
     def _wait_across_outages(self, call_id: str, deadline: float | None) -> ToolResult | None:
         """`_wait_published`, again after each connection failure, until `deadline`.
@@ -191,7 +209,7 @@ class ResultWaiter:
             # for Redis to confirm the subscription.
             found = self._next_published(pubsub, channel, deadline, until_subscribed=True)
             while found is None:
-                found = self.stored(call_id)
+                found = self._stored_now(call_id)
                 if found is not None:
                     break
                 if lost is not None and lost.check():

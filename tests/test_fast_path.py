@@ -130,15 +130,16 @@ def test_the_setting_turns_the_fast_path_and_the_transport_off(
         client.close()
 
 
-def test_a_redis_worker_the_shortcuts_are_refused_to_still_restores_safely() -> None:
+def test_a_redis_or_tls_worker_the_shortcuts_are_refused_to_still_restores_safely() -> None:
     def transport(url: str, fast: bool) -> str | None:
         return transport_for(Settings(broker_url=url, fast_path=fast))
 
     assert transport("redis://127.0.0.1:6379/0", True) == TRANSPORT
     assert transport("redis://127.0.0.1:6379/0", False) == SAFE_TRANSPORT
-    # TLS: no shortcuts, the restart fix (its TLS settings come from the URL).
+    # TLS alike (its TLS settings come from the URL, whatever the class).
     tls = "rediss://127.0.0.1:6379/0?ssl_cert_reqs=required"
-    assert transport(tls, True) == transport(tls, False) == SAFE_TRANSPORT
+    assert transport(tls, True) == TRANSPORT
+    assert transport(tls, False) == SAFE_TRANSPORT
 
 
 def test_a_bad_setting_is_refused_with_its_name() -> None:

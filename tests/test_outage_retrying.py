@@ -14,14 +14,18 @@ import pytest
 import redis
 from conftest import EXAMPLES, REPO, free_port
 
-from bench.redis_server import redis_server_argv
+from bench.redis_server import redis_server_argv, wait_until_answering
 from broker.admission import RedisAdmission
+from broker.admission.keys import claim_key
+from broker.celery_app import make_app
 from broker.client import VesselClient
 from broker.config import Settings, hide_password
 from broker.connect import redis_client
 from broker.errors import BrokerUnavailable, ConfigError, TransientError
 from broker.loading import load_deployment
+from broker.protocol import ToolResult, backend_record
 from broker.retrying import Outage, retry, unreachable
+from broker.waiting import ResultWaiter
 from workers.outage import wait_for_broker
 from workers.preflight import check_eviction_policy
 
@@ -180,3 +184,63 @@ def test_settings_take_sentinel_urls_with_a_master_name() -> None:
     with pytest.raises(ConfigError, match="VESSEL_BROKER_OUTAGE_SECONDS"):
         Settings.from_environ({"VESSEL_BROKER_OUTAGE_SECONDS": "soon"})
     assert Settings.from_environ({}).broker_outage_seconds == 300
+
+
+def test_a_wait_whose_result_read_meets_an_outage_says_so_while_it_lasts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The wait reads the store after its subscription; Redis dies just then. The read
+    must fail at once (one warning, the wait going on across the outage), not sleep
+    through Celery's own retries (`result_backend_always_retry`) unreported."""
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+
+    def start() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(redis_server_argv(port, tmp_path), stdout=subprocess.DEVNULL)
+        wait_until_answering(proc, port)
+        return proc
+
+    proc = first = start()
+    app = make_app(Settings(broker_url=url))
+    admission = RedisAdmission.from_url(url)
+    waiter = ResultWaiter(app, admission, heartbeat_seconds=1.0)
+    real_next = waiter._next_published
+    killed = threading.Event()
+
+    def next_published(*args: object, until_subscribed: bool = False, **kw: object) -> object:
+        found = real_next(*args, until_subscribed=until_subscribed, **kw)  # type: ignore[arg-type]
+        if until_subscribed and not killed.is_set():
+            killed.set()  # subscribed: the store read that comes next meets the outage
+            first.kill()
+            first.wait(10)
+        return found
+
+    waiter._next_published = next_published  # type: ignore[method-assign,assignment]
+    caplog.set_level(logging.WARNING)
+    got: list[object] = []
+    thread = threading.Thread(target=lambda: got.append(waiter.wait("call-1", timeout=30)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 3  # Celery's retries alone would sleep for seconds
+        while not any("is unreachable" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, "the outage went unreported while it lasted"
+            time.sleep(0.02)
+        proc = start()
+        client = redis.Redis.from_url(url)
+        result = ToolResult(call_id="call-1", agent="a", tool="t", is_error=False, output="back")
+        key, value, _ = backend_record(app.backend, result)
+        client.set(claim_key("call-1"), "worker@host")
+        client.set(key, value)
+        client.close()
+        thread.join(30)
+        assert [r.output for r in got] == ["back"]  # type: ignore[attr-defined]
+        messages = [r.getMessage() for r in caplog.records]
+        assert sum("is unreachable" in m for m in messages) == 1, messages
+        assert any("is reachable again" in m for m in messages), messages
+    finally:
+        waiter.close()
+        admission.close()
+        app.backend.client.connection_pool.disconnect()  # the store reads' connection
+        app.close()
+        proc.kill()
+        proc.wait(10)

@@ -12,7 +12,9 @@ the test's own CA):
 * restarted empty: the workers register their lanes again and new calls run;
   the calls Redis forgot end with BrokerLostCall, not a timeout;
 * a worker started before its Redis waits for it, one log line per attempt,
-  and starts when Redis comes up; with no Redis at all it exits 2 with one line.
+  and starts when Redis comes up; with no Redis at all it exits 2 with one line;
+* the fast path runs on either: the worker passes its self-test and runs
+  `broker.transport.RedisTransport`, the client sends envelopes.
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import celery
+import kombu
 import pytest
 import redis
 
 from bench.redis_server import free_port
-from broker.admission.keys import claim_key
+from broker import fast_path
+from broker.admission.keys import FAST_PATH_OFF_KEY, claim_key
 from broker.client import CallHandle
 from broker.errors import BrokerLostCall, TransientError
 from broker.queues import shared_lane
@@ -47,6 +52,12 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
+
+#: Whether this venv's kombu and Celery are ones the envelope is known to work on.
+KNOWN = (
+    fast_path.release(kombu.__version__) in fast_path.KNOWN_KOMBU
+    and fast_path.release(celery.__version__) in fast_path.KNOWN_CELERY
+)
 
 RESTARTS = 10
 CALLS_PER_RESTART = 12
@@ -169,6 +180,31 @@ def outage_cluster(
         server.shutdown()
         server.server_close()
         own.stop()
+
+
+def test_the_fast_path_runs_on_a_plain_and_a_tls_broker(
+    outage_cluster: tuple[Cluster, OwnRedis],
+) -> None:
+    cluster, _own = outage_cluster
+    proc = cluster.start_worker("service", "-c", "2", name="fp")
+    client = cluster.client()
+    try:
+        # The worker's self-test: an envelope pushed by admission's Lua, consumed
+        # back through the worker's own transport (broker.fast_path.self_test).
+        # (scripts/test-fast-path-off runs this with the setting off.)
+        on = os.environ.get("VESSEL_FAST_PATH", "on") != "off"
+        off = cluster.redis.get(FAST_PATH_OFF_KEY)
+        assert (off is None) is (on and KNOWN), off
+        assert client.fast_path.enabled is (on and KNOWN), client.fast_path.reason
+        shortcuts = on and fast_path.release(kombu.__version__) in fast_path.KNOWN_TRANSPORT_KOMBU
+        transport = type(client.app.connection_for_write().transport).__name__
+        assert transport == ("RedisTransport" if shortcuts else "SafeRedisTransport")
+        for n in range(5):
+            result = client.call("svc-out", "work", {"n": n}, owner="web/a", timeout=30)
+            assert (result.outcome, _n(result.output)) == ("ok", n), result.output
+        assert proc.poll() is None
+    finally:
+        client.close()
 
 
 def _n(output: str) -> int:
