@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import EXAMPLES
@@ -53,6 +54,19 @@ def _workspaces(root: Path) -> list[Path]:
     ]
 
 
+def _recording_builds(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:
+    """The (executor, workspace store) of each embedded client made from now on."""
+    built: list[tuple[Any, Any]] = []
+    real_build = embedded.build_executor
+
+    def recording_build(*args: Any, **kwargs: Any) -> Any:
+        built.append(made := real_build(*args, **kwargs))
+        return made
+
+    monkeypatch.setattr(embedded, "build_executor", recording_build)
+    return built
+
+
 def test_a_long_lived_embedded_client_sweeps_expired_workspaces_and_idle_standbys(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -60,26 +74,19 @@ def test_a_long_lived_embedded_client_sweeps_expired_workspaces_and_idle_standby
     monkeypatch.setenv("VESSEL_WORKSPACE_ROOT", str(root))
     monkeypatch.setattr(housekeeping, "_WORKSPACE_SWEEP_SECONDS", 0.3)
     monkeypatch.setattr(runner_module, "STANDBY_IDLE_SECONDS", 1.0)
-    built: list[tuple[object, object]] = []
-    real_build = embedded.build_executor
-
-    def recording_build(*args: object, **kwargs: object) -> object:
-        built.append(made := real_build(*args, **kwargs))  # type: ignore[arg-type]
-        return made
-
-    monkeypatch.setattr(embedded, "build_executor", recording_build)
+    built = _recording_builds(monkeypatch)
     deployment = load_deployment(str(EXAMPLES / "deployment.toml"))
     settings = Settings(heartbeat_seconds=0.1, sweep_seconds=0.1)
     with embedded_client(deployment, settings, "sandbox") as client:
         executor, workspaces = built[0]
-        runner = executor.sandbox  # type: ignore[attr-defined]
+        runner = executor.sandbox
         _word_count(client, turn="turn-kept")
         (kept,) = _workspaces(root)
         for _ in range(4):  # three like calls close together start a standby
             _word_count(client)
         time.sleep(1.0)  # three sweeps: the turn's workspace is young, kept
         assert _workspaces(root) == [kept]
-        old = time.time() - 2 * workspaces.ttl_seconds  # type: ignore[attr-defined]
+        old = time.time() - 2 * workspaces.ttl_seconds
         os.utime(kept, (old, old))
         assert _within(10, lambda: not kept.exists()), "the expired workspace was not swept"
         if runner.standby_mode.startswith("on"):
@@ -102,3 +109,24 @@ def test_embedded_clients_one_after_another_in_a_process_each_run_their_own_call
     for _ in range(2):
         with embedded_client(deployment, Settings(), "sandbox") as client:
             _word_count(client)
+
+
+def test_a_one_off_embedded_client_sweeps_expired_workspaces_before_its_first_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`vessel-workers call --turn …` without a broker ends long before the
+    housekeeper's first sweep: the client sweeps once as it starts."""
+    root = tmp_path / "ws"
+    monkeypatch.setenv("VESSEL_WORKSPACE_ROOT", str(root))
+    built = _recording_builds(monkeypatch)
+    deployment = load_deployment(str(EXAMPLES / "deployment.toml"))
+    with embedded_client(deployment, Settings(), "sandbox") as client:
+        _word_count(client, turn="turn-old")
+        (old,) = _workspaces(root)
+        _word_count(client, turn="turn-young")
+    (young,) = [ws for ws in _workspaces(root) if ws != old]
+    aged = time.time() - 2 * built[0][1].ttl_seconds
+    os.utime(old, (aged, aged))
+    with embedded_client(deployment, Settings(), "sandbox"):
+        assert not old.exists(), "the expired workspace outlived the next one-off client"
+        assert young.exists()

@@ -6,7 +6,8 @@ run the call the whole way it goes in production, in this process
 a Celery worker thread built as a worker builds one (`workers.assembly`) runs it, and the
 result comes back through the in-memory result backend. Its housekeeping is a
 worker's (`workers.housekeeping`): a long-lived embedded MCP server sweeps
-expired workspaces and kills idle standbys as a sandbox worker does.
+expired workspaces and kills idle standbys as a sandbox worker does, and every
+embedded client, a one-off call's too, sweeps expired workspaces once as it starts.
 
 It is where the two sides meet, like the command line: the worker modules
 themselves never import the client (tests/test_layering.py).
@@ -15,6 +16,7 @@ themselves never import the client (tests/test_layering.py).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import socket
 from collections.abc import Iterator, Sequence
@@ -30,6 +32,8 @@ from workers.assembly import build_executor, build_runtime, close_executor, on_c
 from workers.housekeeping import Housekeeper
 
 __all__ = ["embedded_client"]
+
+_log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -67,6 +71,15 @@ def embedded_client(
         functools.partial(on_cancel_message, runtime, _workspaces)
     )
     housekeeper = Housekeeper(runtime, {lane: 2}, _workspaces)
+    if _workspaces is not None:
+        # The housekeeper's first workspace sweep comes a minute in, which a one-off
+        # `vessel-workers call --turn …` never reaches: without this, the turns of
+        # one-off calls would keep their workspaces for ever. Before any call, so no
+        # call of this process races the sweep for its turn's folder.
+        try:
+            _workspaces.sweep()
+        except OSError as exc:
+            _log.warning("embedded: could not sweep expired workspaces: %s", exc)
     try:
         with embedded_worker(app, queues=[lane], concurrency=2):
             housekeeper.start()  # its first beat opens the lane
