@@ -24,7 +24,7 @@ from tests.sandbox.conftest import Sandbox, make_sandbox
 from workers.metrics import watch_standbys
 from workers.sandbox import command_prefix
 from workers.sandbox.runner import SandboxRunner
-from workers.sandbox.standby import STANDBY_FLAG, StandbyCounts
+from workers.sandbox.standby import STANDBY_FLAG, StandbyCounts, StandbyLost
 from workers.sandbox.workspace import WorkspaceStore
 
 #: What a call sees of its workspace and descriptors, then leaves a file behind.
@@ -245,9 +245,62 @@ def test_a_turns_calls_in_a_row_share_its_workspace_and_each_has_its_own_outbox(
         assert result.output.splitlines() == [f"count={n}", "outbox="], (n, result.output)
         assert [f.name for f in result.files] == [f"out-{n}.txt"], (n, result.files)
     assert sandbox.runner.standby_calls == 2
-    other = sandbox.call(shell=_TURN_CALL, turn="turn-b")  # not turn a's standby
+    other = sandbox.call(shell=_TURN_CALL, turn="turn-b")  # its own workspace, always
     assert other.output.splitlines() == ["count=1", "outbox="], other.output
-    assert sandbox.runner.standby_calls == 2
+    # At the launcher's hole, the standby serves turn b's call as well (turn b's
+    # workspace mounted there at the call); bound to turn a's workspace, it does not.
+    assert sandbox.runner.standby_calls == (3 if sandbox.runner.standbys_at_hole else 2)
+
+
+def _needs_holes(runner: SandboxRunner) -> None:
+    _needs_standbys(runner)
+    if not runner.standbys_at_hole:
+        pytest.skip(f"a turn's standby binds its workspace here: {runner.standby_mode}")
+
+
+def test_calls_spread_over_turns_take_standbys_and_each_sees_its_own_turn_only(
+    sandbox: Sandbox,
+) -> None:
+    """At the launcher's hole a standby takes any turn's call: each call must see its
+    own turn's workspace (the files its turn's earlier calls left, nothing of another
+    turn's) and an outbox of its own, mounted `nosuid,nodev` as a bind would be."""
+    _needs_holes(sandbox.runner)
+    look = _TURN_CALL + "; grep ' /tmp/vessel' /proc/self/mountinfo >&2"
+    for n in range(1, 4):
+        for turn in ("turn-x", "turn-y", "turn-z"):
+            result = sandbox.call(shell=look, arguments={"n": n}, turn=turn)
+            assert not result.is_error, result.output
+            lines = result.output.splitlines()
+            assert lines[:2] == [f"count={n}", "outbox="], (turn, n, result.output)
+            assert [f.name for f in result.files] == [f"out-{n}.txt"], (turn, n, result.files)
+            mounted = [line for line in lines[2:] if " /tmp/vessel " in line]
+            assert mounted and all("nosuid" in m and "nodev" in m for m in mounted), lines
+    # Three turns interleaved: every call after the first three found a standby.
+    assert sandbox.runner.standby_calls == 6
+
+
+def test_a_workspace_the_launcher_cannot_mount_starts_the_call_the_usual_way(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    _needs_holes(sandbox.runner)
+    for _ in range(3):
+        assert not sandbox.call(shell=_TURN_CALL, turn="turn-m").is_error
+    assert _started_standbys(sandbox.runner)
+    pool = sandbox.runner._launchers
+    assert pool is not None
+    (standby,) = [each.standby for each in pool._free if each.standby is not None]
+    launcher = standby.launcher
+    standby.at_call(tmp_path / "no-such-workspace")
+    with pytest.raises(StandbyLost, match="was not mounted"):
+        standby.release(["/bin/true"])
+    standby.discard()
+    assert launcher.standby is None and launcher.alive()
+    # The launcher's hole is clear again: the next calls run, and take standbys again.
+    taken = sandbox.runner.standby_calls
+    for n in range(4, 8):
+        result = sandbox.call(shell=_TURN_CALL, turn="turn-m")
+        assert result.output.splitlines() == [f"count={n}", "outbox="], result.output
+    assert sandbox.runner.standby_calls > taken
 
 
 def test_interleaved_calls_of_two_kinds_keep_each_others_standbys(sandbox: Sandbox) -> None:
@@ -265,7 +318,8 @@ def test_interleaved_calls_of_two_kinds_keep_each_others_standbys(sandbox: Sandb
 
 def test_a_standby_of_a_turn_that_ended_is_not_used(sandbox: Sandbox) -> None:
     """The turn's workspace removed (the turn ended) and made again: another folder,
-    which a standby bound to the old one must not stand in for."""
+    which a standby bound to the old one must not stand in for (one at the hole has
+    the new folder mounted at the call, and takes it)."""
     _needs_standbys(sandbox.runner)
     for _ in range(3):
         assert not sandbox.call(shell=_TURN_CALL, turn="turn-c").is_error
@@ -275,7 +329,7 @@ def test_a_standby_of_a_turn_that_ended_is_not_used(sandbox: Sandbox) -> None:
     sandbox.runner.workspaces.end_turn("test-agent", "turn-c")
     again = sandbox.call(shell=_TURN_CALL, turn="turn-c")
     assert again.output.splitlines() == ["count=1", "outbox="], again.output
-    assert sandbox.runner.standby_calls == 0
+    assert sandbox.runner.standby_calls == (1 if sandbox.runner.standbys_at_hole else 0)
 
 
 def test_the_off_setting_starts_every_sandbox_at_its_call(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
 from typing import Any
 
 from broker.model import DeclaredTool
@@ -185,9 +186,13 @@ class CallSpawner:
         limits: Limits,
         with_stdin: bool,
         on_discard: Callable[[Standby], None],
+        hole_outbox: Path | None = None,
     ) -> Standby:
         """Start on `launcher` a sandbox of `layout` that waits for its command
-        (`standby.py`); OSError if it cannot. Only with the static prefix."""
+        (`standby.py`); OSError if it cannot. Only with the static prefix.
+
+        `hole_outbox`: `layout.workspace` is the launcher's hole, where the call's
+        workspace and this outbox are mounted when the call comes (`launcher_holes.py`)."""
         seccomp_fd = seccomp.filter_fd()
         args_fd = command_r = command_w = -1
         try:
@@ -225,9 +230,10 @@ class CallSpawner:
                 in_fd=in_fd if with_stdin else None,
                 command_fd=command_w,
                 workspace=layout.workspace,
-                outbox=layout.outbox,
+                outbox=layout.outbox if hole_outbox is None else hole_outbox,
                 stage=layout.stage,
                 on_discard=on_discard,
+                hole=hole_outbox is not None,
             )
             command_w = -1  # the standby's now
             return standby

@@ -26,7 +26,10 @@
  * domain and the environment rule are applied after it, as for any call. The
  * pipe closed before a whole command came (the standby is not wanted) exits 0
  * and says nothing. The length, not the pipe's end, says where the command
- * ends: a forked copy of the worker may hold the pipe's write end too.
+ * ends: a forked copy of the worker may hold the pipe's write end too. Then
+ * it enters its working directory again by its path: a standby bound to its
+ * launcher's hole had the call's workspace mounted over the folder it was in
+ * (launcher_holes.py), and only a new lookup finds what is there now.
  *
  * Why not perl: its start costs ~2 ms of CPU a call, this one ~0.1 ms
  * (bench/prefix_cost.py checks it inside bwrap against the Perl prefix and
@@ -51,6 +54,8 @@ typedef unsigned long u64;
 #define SYS_sendto 44
 #define SYS_getpid 39
 #define SYS_rt_sigaction 13
+#define SYS_getcwd 79
+#define SYS_chdir 80
 static long sys6(long n, long a, long b, long c, long d, long e, long f) {
   long r;
   register long r10 __asm__("r10") = d;
@@ -78,6 +83,8 @@ __asm__(".text\n.global _start\n_start:\n xor %rbp, %rbp\n mov %rsp, %rdi\n"
 #define SYS_sendto 206
 #define SYS_getpid 172
 #define SYS_rt_sigaction 134
+#define SYS_getcwd 17
+#define SYS_chdir 49
 static long sys6(long n, long a, long b, long c, long d, long e, long f) {
   register long x8 __asm__("x8") = n;
   register long x0 __asm__("x0") = a;
@@ -128,6 +135,10 @@ struct sockaddr_un {
 
 static const char REPORT_FLAG[] = "--vessel-landlock-report";
 static const char STANDBY_FLAG[] = "--vessel-standby";
+/* Says to the worker that this prefix enters its working directory again after a
+ * standby's command (standby.py: prefix_takes_holes); kept in the binary. */
+__attribute__((used)) static const char HOLE_MARK[] = "vessel-standby-enters-workdir-again";
+static char standby_cwd[4096];
 #define STANDBY_FD 5
 /* The largest command a standby takes (bytes with their NULs, and arguments):
  * the worker starts a larger one the usual way (standby.py's limits match). */
@@ -326,6 +337,10 @@ static long read_standby(char ***argv_out) {
   }
   standby_argv[argc] = 0;
   *argv_out = standby_argv;
+  long r = sys(SYS_getcwd, (long)standby_cwd, sizeof standby_cwd, 0);
+  if (r < 0) cannot_run("", -r);
+  r = sys(SYS_chdir, (long)standby_cwd, 0, 0);
+  if (r < 0) cannot_run("", -r);
   return argc;
 }
 

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workers.sandbox.launcher_holes import HOLE_NAME
 from workers.sandbox.launcher_protocol import INLINE_BYTES, Rlimits, recv_fds, send
 
 if TYPE_CHECKING:
@@ -118,12 +119,16 @@ class LaunchedChild:
             self.launcher.broken = True
             self._kill_by_pidfd()
             raise
-        self.returncode = message["exit"]
+        self.exited(message)
+        return self.returncode
+
+    def exited(self, message: Mapping[str, Any]) -> None:
+        """Note the launcher's `{"exit": code, "cpu": seconds}` for this child."""
+        self.returncode = int(message["exit"])
         cpu = message.get("cpu")
         self.cpu_seconds = float(cpu) if isinstance(cpu, int | float) else None
         self.launcher.busy = False
         self.close()
-        return self.returncode
 
     def kill_tree(self) -> None:
         """SIGKILL the child's group through the launcher (or the child by pidfd if it is lost)."""
@@ -177,6 +182,13 @@ class Launcher:
         self.shared_network = False
         #: Why it could not make one, when asked to ("" if it was not, or could).
         self.network_refused = ""
+        #: The folder its standbys bind at the workspace's place, the call's workspace
+        #: mounted there at the call (`launcher_holes.py`); None: it has no hole.
+        self.hole: str | None = None
+        #: Why it has none, when given a folder for one ("" otherwise).
+        self.holes_refused = ""
+        #: The folder made for its hole (removed with it).
+        self.hole_dir: Path | None = None
         self._memory_bytes: int | None = None
         self._cpu_limit: float | None = None
         self._failures = 0
@@ -194,13 +206,16 @@ class Launcher:
         memory_bytes: int | None = None,
         cpu_limit: float | None = None,
         share_network: bool = False,
+        hole_dir: Path | None = None,
     ) -> Launcher:
         """Start a launcher in `slot` with `rlimits` and wait until it says ready;
         LauncherUnavailable if it does not. With `identity.drop` it serves as
         identity.uid/gid; with a memory slot its children are the OOM's first pick.
         `memory_bytes` and `cpu_limit`: the caps `slot` was made with (None: unknown).
         `share_network`: its calls run in one empty network namespace of its own, one
-        after another (`launcher_network.py`), if it can make one (`shared_network`)."""
+        after another (`launcher_network.py`), if it can make one (`shared_network`).
+        `hole_dir`: an empty folder for its hole (`launcher_holes.py`; only with
+        `share_network`), removed when it closes."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         procs_files = [str(p) for p in slot.procs_files] if slot is not None else []
         try:
@@ -219,6 +234,7 @@ class Launcher:
                                 "gid": identity.gid if identity and identity.drop else None,
                                 "oom": slot is not None and "memory" in slot.paths,
                                 "network": share_network,
+                                "hole": str(hole_dir) if hole_dir is not None else None,
                             }
                         ),
                         *procs_files,
@@ -234,6 +250,7 @@ class Launcher:
             ours.close()
             raise LauncherUnavailable(f"cannot start a launcher: {exc}") from exc
         launcher = cls(slot, rlimits, proc, ours)
+        launcher.hole_dir = hole_dir
         try:
             got = _recv(ours, _START_SECONDS)
             if got is None:
@@ -246,6 +263,9 @@ class Launcher:
             launcher.pid = message["ready"]
             launcher.shared_network = message.get("network") is True
             launcher.network_refused = str(message.get("refused") or "")
+            if message.get("holes") is True and hole_dir is not None:
+                launcher.hole = str(hole_dir / HOLE_NAME)
+            launcher.holes_refused = str(message.get("holes_refused") or "")
         except BaseException as exc:
             launcher.close()
             if isinstance(exc, LauncherLost):
@@ -360,6 +380,36 @@ class Launcher:
             raise OSError(f"launcher: {message.get('error', message)}")
         return LaunchedChild(self, message["pid"], reply_fds[0])
 
+    def send_mount(self, workspace: Path, outbox: Path | None) -> None:
+        """Ask the launcher to mount `workspace` (and `outbox` over its `outbox/`) at
+        its hole, where its standby waits; `mounted` reads the answer. Not waited
+        for: the launcher mounts while the worker readies the call. OSError if the
+        launcher is gone."""
+        try:
+            send(self.sock, {"mount": [str(workspace), None if outbox is None else str(outbox)]})
+        except OSError as exc:
+            self.broken = True
+            raise OSError(f"launcher lost: {exc}") from exc
+
+    def mounted(self, child: LaunchedChild) -> None:
+        """The answer to `send_mount`; OSError if the launcher did not mount (the
+        standby is then not usable). An exit of `child`, the standby, read meanwhile
+        is kept for its wait."""
+        try:
+            while True:
+                message, fds = _recv_now(self.sock)
+                for fd in fds:
+                    os.close(fd)
+                if isinstance(message.get("exit"), int):  # the standby died first
+                    child.exited(message)
+                    continue
+                if message.get("mounted") is True:
+                    return
+                raise OSError(f"launcher: {message.get('error', message)}")
+        except (LauncherLost, BrokenPipeError, ConnectionResetError) as exc:
+            self.broken = True
+            raise OSError(f"launcher lost: {exc}") from exc
+
     def alive(self) -> bool:
         """True unless the launcher died, broke the protocol or has an exit left unread
         (a standby's child is not a call's: a launcher holding one is free for a call)."""
@@ -409,6 +459,9 @@ class Launcher:
             self.process.wait()
         if self.slot is not None:
             self.slot.remove()
+        if self.hole_dir is not None:  # its tmpfs was in its own mount namespace: gone
+            with contextlib.suppress(OSError):
+                self.hole_dir.rmdir()
 
     def abandon(self) -> None:
         """In a forked child: drop this process's copy of the socket, nothing else."""

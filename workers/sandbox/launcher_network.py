@@ -27,9 +27,11 @@ in it (`bwrap --share-net`), with these guarantees:
 
 The launcher makes it with unshare(CLONE_NEWUSER | CLONE_NEWNET) after its uid
 drop, mapping its own uid and gid to themselves. It thereby holds capabilities in
-that user namespace alone, which owns nothing but its network namespaces (every
-mount, pid and ipc namespace it is in is the host's): that is what lets it make
-the next one. Its children lose them at exec (bwrap is not uid 0 there).
+that user namespace alone, which owns nothing but its network namespaces and, when
+it has a hole for its standbys, one mount namespace whose only mounts of its own
+are that hole's (`launcher_holes.py`; every pid and ipc namespace it is in is the
+host's): that is what lets it make the next one. Its children lose them at exec
+(bwrap is not uid 0 there).
 """
 
 from __future__ import annotations

@@ -8,12 +8,15 @@ whose cap the kernel refuses, is retired and replaced.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import resource
 import threading
 import time
 import weakref
 from collections.abc import Hashable
+from pathlib import Path
 
 from workers.sandbox.cgroup import PIDS_MAX, CgroupSupport
 from workers.sandbox.identity import SandboxIdentity
@@ -29,6 +32,8 @@ MIN_DATA_BYTES = 32 * 1024 * 1024
 #: them starts a launcher of its own: calls of a few agents or turns interleaved keep
 #: theirs instead of killing each other's; past it, the call takes one and kills its.
 MAX_STANDBYS = 4
+#: The launchers' hole folders of this process, numbered.
+_HOLE_NUMBERS = itertools.count()
 
 
 class LauncherPool:
@@ -48,12 +53,15 @@ class LauncherPool:
         identity: SandboxIdentity | None = None,
         *,
         share_network: bool = False,
+        holes_root: Path | None = None,
     ) -> None:
         self.cgroups = cgroups
         #: Whom its launchers serve as (None: the worker's own ids).
         self.identity = identity
         #: Each launcher runs its calls in a network namespace of its own (`launcher_network.py`).
         self.share_network = share_network
+        #: Where each launcher's hole folder is made (`launcher_holes.py`; None: none).
+        self.holes_root = holes_root if share_network else None
         self.owner = os.getpid()
         self._lock = threading.Lock()
         self._free: list[Launcher] = []  # most recently given back last
@@ -69,7 +77,11 @@ class LauncherPool:
             slot = self.cgroups.create(
                 memory_bytes=memory_bytes, cpu_limit=cpu_limit, pids_max=PIDS_MAX + 1, kind="slot"
             )
+        hole_dir = None
         try:
+            if self.holes_root is not None:
+                hole_dir = self.holes_root / f"{os.getpid()}-{next(_HOLE_NUMBERS)}"
+                hole_dir.mkdir(mode=0o700)
             return Launcher.start(
                 slot,
                 rlimits,
@@ -77,10 +89,14 @@ class LauncherPool:
                 memory_bytes=memory_bytes,
                 cpu_limit=cpu_limit,
                 share_network=self.share_network,
+                hole_dir=hole_dir,
             )
         except BaseException:
             if slot is not None:
                 slot.remove()
+            if hole_dir is not None:
+                with contextlib.suppress(OSError):
+                    hole_dir.rmdir()
             raise
 
     def take(

@@ -73,6 +73,7 @@ from broker.constants import (
     DEFAULT_TOOL_OUTPUT_CHARS,
     DEFAULT_TOOL_TIMEOUT_SECONDS,
     DEFAULT_WORKDIR,
+    SANDBOX_HOME,
 )
 from broker.model import Agent, AgentSettings, DeclaredTool
 from broker.protocol import CANCELLED_TEXT, ToolResult
@@ -98,6 +99,7 @@ from workers.sandbox.standby import (
     STANDBY_IDLE_SECONDS,
     Standby,
     StandbyCounts,
+    prefix_takes_holes,
     prefix_takes_standby,
     standby_mode,
 )
@@ -126,6 +128,33 @@ _log = logging.getLogger(__name__)
 #: among four is chance, and its standby would mostly be killed unused) do not.
 _RECENT_KEYS = 4
 _SEEN_BEFORE = 2
+
+
+class _AnyTurn:
+    """A standby key's turn for calls of any turn: the standby binds its launcher's
+    hole and the call's turn workspace is mounted there when the call starts. An
+    object of its own, equal to nothing else: no turn id can stand for it."""
+
+    def __repr__(self) -> str:
+        return "<any turn: at the launcher's hole>"
+
+
+_AT_HOLE = _AnyTurn()
+
+
+def _fits_hole(agent: Agent) -> bool:
+    """True if nothing of the agent's layout is inside the workspace's place but the
+    working directory at its root: the workspace mounted at the hole after bwrap's
+    start covers everything bwrap put there (a data mount, a working directory
+    made inside it), so such an agent's turns keep standbys of their own turn."""
+
+    def inside(path: str) -> bool:
+        return path.startswith(SANDBOX_HOME + "/")
+
+    workdir = agent.settings.workdir.rstrip("/") or "/"
+    return not inside(workdir) and not any(
+        target == SANDBOX_HOME or inside(target) for target in agent.mounts
+    )
 
 
 def _default_limits() -> Limits:
@@ -220,13 +249,23 @@ class SandboxRunner:
         self._warned_no_launcher = False
         #: Calls run in their launcher's network namespace (False: bwrap's, per call).
         self._shared_network = False
+        #: Standbys for a turn's calls bind their launcher's hole, any turn's call of
+        #: the agent taking one (`launcher_holes.py`); False: the turn's workspace.
+        self._at_hole = False
         if launchers and self._bwrap is not None and self._msgqueue_ok:
             self._start_launchers()
 
     def _start_launchers(self) -> None:
         """Start the first launcher now: it proves the path works and serves the first call."""
+        share = self.network_setting == "slot"
+        holes_root: Path | None = None
+        if share and self._standbys and prefix_takes_holes(self._prefix.binary):
+            try:
+                holes_root = self.workspaces.holes_folder()
+            except OSError as exc:
+                _log.warning("sandbox: no folder for the launchers' holes (%s)", exc)
         pool = LauncherPool(
-            self._cgroups, self.identity, share_network=self.network_setting == "slot"
+            self._cgroups, self.identity, share_network=share, holes_root=holes_root
         )
         try:
             # The default agent settings' limits: the launcher most calls can reuse.
@@ -249,6 +288,13 @@ class SandboxRunner:
                 first.network_refused,
             )
         self._shared_network = first.shared_network
+        if holes_root is not None and first.hole is None:
+            _log.info(
+                "sandbox: slot launchers have no hole (%s): a turn's standby binds "
+                "its workspace, so it serves that turn's next call only",
+                first.holes_refused or "no network namespace of their own",
+            )
+        self._at_hole = first.hole is not None
         pool.give(first)
         self._launchers = pool
         # A runner dropped without close() (a probe's) still stops its launchers.
@@ -306,12 +352,24 @@ class SandboxRunner:
         return "per-call (bwrap's, loopback up)"
 
     @property
+    def standbys_at_hole(self) -> bool:
+        """True if a turn's standby binds its launcher's hole, so that any turn's call
+        of the agent takes it (`launcher_holes.py`); False: it binds the turn's
+        workspace and serves that turn's next call only."""
+        return self._standbys and self._launchers is not None and self._at_hole
+
+    @property
     def standby_mode(self) -> str:
         """What is in force, for the start-up log."""
         if self._standbys and self._launchers is not None:
             return (
                 "on: after three like calls close together (an agent's, or a turn's), the "
                 "next one's sandbox is started ahead"
+                + (
+                    " (for a turn's call, any turn's: its workspace mounted at the call)"
+                    if self._at_hole
+                    else ""
+                )
             )
         if self.standby_setting == "off":
             return "off"
@@ -406,14 +464,20 @@ class SandboxRunner:
                 self._stage.give(call_stage)
                 stage = standby.stage
         try:
-            if standby is not None:
+            if standby is not None and not standby.hole:
                 workspace = standby.workspace
-            else:
+            else:  # at the hole, the turn's workspace is mounted when the call starts
                 workspace = self.workspaces.for_turn(agent.id, turn)
+                if standby is not None:
+                    ensure_mount_point(workspace / OUTBOX_NAME)
+                    standby.at_call(workspace)  # mounted while the call is readied
         except (OSError, ValueError) as exc:
+            if standby is not None:  # at the hole: its stage is the call's, let go with it
+                standby.discard()
+            else:
+                self._stage.give(call_stage)  # no standby here: the call's own
             if pool is not None and launcher is not None:
                 pool.give(launcher)
-            self._stage.give(call_stage)  # no standby here: the call's own
             return result(
                 is_error=True, output=f"[sandbox error: workspace: {exc}]", outcome="error"
             )
@@ -532,8 +596,10 @@ class SandboxRunner:
     ) -> tuple[Hashable, ...] | None:
         """What this call's sandbox is made of (None: no standby for it): the agent's
         layout, the stage, the limits, how the arguments come and the turn (None: a
-        one-call workspace), not the tool's command (the standby takes any command).
-        The stage's path changes with its contents (`system_stage.py`)."""
+        one-call workspace; `_AT_HOLE` for any turn's, when the workspace is mounted
+        at the launcher's hole at the call), not the tool's command (the standby
+        takes any command). The stage's path changes with its contents
+        (`system_stage.py`)."""
         if not self._standbys or self._launchers is None:
             return None
         settings = agent.settings
@@ -548,7 +614,7 @@ class SandboxRunner:
             limits.rlimits(),
             (limits.cpu_seconds, limits.cpu_hard_seconds),
             tool.input == "args",
-            turn,
+            _AT_HOLE if turn is not None and self._at_hole and _fits_hole(agent) else turn,
         )
 
     def _standby_of(self, launcher: Launcher | None, key: Hashable) -> Standby | None:
@@ -594,7 +660,12 @@ class SandboxRunner:
         outbox: Path | None = None
         held: Path | None = None
         try:
-            if turn is None:
+            if turn is _AT_HOLE:
+                if launcher.hole is None:
+                    return  # this launcher could not make one (the first one could)
+                workspace = Path(launcher.hole)
+                outbox = self.workspaces.new_outbox()
+            elif turn is None:
                 workspace = self.workspaces.for_turn(agent.id, None)
             elif used.is_dir():
                 workspace = used
@@ -605,10 +676,12 @@ class SandboxRunner:
             # The call's stage, as its key says (restaged since: the next call's key
             # differs, and this standby is killed unused).
             held = self._stage.hold(stage)
+            at_hole = turn is _AT_HOLE
             layout = Layout(
                 package_dir=agent.package_dir,
                 workspace=workspace,
-                outbox=outbox,
+                # At the hole, the launcher mounts the outbox with the workspace.
+                outbox=None if at_hole else outbox,
                 mounts=agent.mounts,
                 workdir=agent.settings.workdir,
                 stage=stage,
@@ -622,6 +695,7 @@ class SandboxRunner:
                 limits=limits,
                 with_stdin=tool.input != "args",
                 on_discard=self._let_go,
+                hole_outbox=outbox if at_hole else None,
             )
             with self._lock:
                 self.standbys_started += 1
@@ -685,7 +759,12 @@ class SandboxRunner:
         if pool.owner != os.getpid():
             with self._lock:  # a forked child (prefork): a pool of its own
                 if self._launchers is pool:
-                    self._launchers = LauncherPool(self._cgroups, self.identity)
+                    self._launchers = LauncherPool(
+                        self._cgroups,
+                        self.identity,
+                        share_network=pool.share_network,
+                        holes_root=pool.holes_root,
+                    )
                     weakref.finalize(self, self._launchers.close)
                 pool = self._launchers or pool
         try:

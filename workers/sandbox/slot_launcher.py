@@ -39,8 +39,13 @@ four sibling modules, which import nothing else either.
 
 Started as `slot_launcher.py FD RLIMITS_JSON IDENTITY_JSON [CGROUP_PROCS_FILE...]`,
 IDENTITY_JSON `{"uid": N or null, "gid": N or null, "oom": true or false, "network":
-true or false}`: whom to drop to (null: stay), whether to favour children as OOM
-victims, whether to make the calls' network namespace.
+true or false, "hole": FOLDER or null}`: whom to drop to (null: stay), whether to
+favour children as OOM victims, whether to make the calls' network namespace, and
+the empty folder for its hole (`launcher_holes.py`: in its own network namespace's
+user namespace only). The ready message says whether it has one ("holes"); a
+request `{"mount": [workspace, outbox or null]}` while a standby waits mounts them
+at the hole (`{"mounted": true}` or an error), and what was mounted there is
+detached once the child's exit is sent.
 
 Asked to (IDENTITY_JSON's "network": true), the launcher moves into an empty
 network namespace of its own after the uid drop, and a request with "share_net"
@@ -82,6 +87,7 @@ from workers.sandbox.launcher_children import (
     reap_rest,
     spawn_child,
 )
+from workers.sandbox.launcher_holes import Holes
 from workers.sandbox.launcher_network import CallNetwork
 from workers.sandbox.launcher_placement import (
     drop_to,
@@ -138,6 +144,13 @@ def serve(
                 network = CallNetwork.enter()
             except OSError as exc:  # no user namespaces for this process: bwrap's per call
                 network_refused = f"{type(exc).__name__}: {exc}"
+        holes: Holes | None = None
+        holes_refused = ""
+        if network is not None and identity.get("hole"):  # its user namespace may mount
+            try:
+                holes = Holes.make(str(identity["hole"]))
+            except OSError as exc:  # a turn's standby binds the turn's workspace, as before
+                holes_refused = f"{type(exc).__name__}: {exc}"
         set_own_rlimits(rlimits)
         # The launcher lives under the calls' RLIMIT_DATA too: make sure it has room.
         headroom = bytearray(_HEADROOM_BYTES)
@@ -145,7 +158,16 @@ def serve(
     except (OSError, ValueError, AttributeError, MemoryError) as exc:
         send(sock, {"error": f"{type(exc).__name__}: {exc}"})
         return
-    send(sock, {"ready": os.getpid(), "network": network is not None, "refused": network_refused})
+    send(
+        sock,
+        {
+            "ready": os.getpid(),
+            "network": network is not None,
+            "refused": network_refused,
+            "holes": holes is not None,
+            "holes_refused": holes_refused,
+        },
+    )
     pid = -1  # the call's child while it is not reaped
     call_cpu = 0.0  # CPU seconds of what this call's processes reaped so far
     try:
@@ -162,6 +184,9 @@ def serve(
                     if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
                         call_cpu += reap_rest(wake_r, _REAP_REST_SECONDS)
                     send(sock, {"exit": code, "cpu": call_cpu})
+                    if holes is not None:
+                        with contextlib.suppress(OSError):  # then the next mount says so
+                            holes.clear()
             if sock.fileno() not in ready:
                 continue
             message, fds = recv_fds(sock)
@@ -174,6 +199,9 @@ def serve(
                 if request.get("kill"):
                     if pid > 0:  # not reaped yet: the pid (and group) is still the child's
                         kill_group(pid)
+                    continue
+                if "mount" in request:  # a standby's call: its workspace at the hole
+                    send(sock, _mount_for_standby(holes, pid, request["mount"]))
                     continue
                 wanted = 3 + bool(request.get("stdin")) + bool(request.get("standby"))
                 if pid > 0 or len(fds) != wanted:
@@ -206,6 +234,19 @@ def serve(
             os.waitpid(pid, 0)
         reap(-1)
         leave_and_remove(procs_files)
+
+
+def _mount_for_standby(holes: Holes | None, pid: int, folders: Any) -> dict[str, Any]:
+    """The answer to a `{"mount": [workspace, outbox or null]}` request: `{"mounted":
+    true}`, or an error (the worker then starts the call the usual way)."""
+    if holes is None or pid <= 0:
+        return {"error": "no standby at the hole to mount a workspace for"}
+    try:
+        workspace, outbox = folders
+        holes.mount_at_hole(str(workspace), None if outbox is None else str(outbox))
+    except (OSError, TypeError, ValueError) as exc:
+        return {"error": f"cannot mount the call's workspace: {exc}"}
+    return {"mounted": True}
 
 
 def main(argv: Sequence[str]) -> int:

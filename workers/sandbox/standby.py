@@ -5,8 +5,11 @@ bind and remount, the seccomp filter), none of which depends on the call's
 command or arguments. So after a call, the runner has the same slot launcher
 start the next one's sandbox at once (`Launcher.send_spawn`: not waited for):
 the same options (the agent's package, data mounts, workdir, the stage, and a
-fresh one-call workspace, or the turn's workspace with a fresh outbox of the
-call's own over its outbox/), with `landlock-exec --vessel-standby` as its command
+fresh one-call workspace, or for a turn's call its launcher's hole: the call's
+turn workspace, with a fresh outbox of the call's own over its outbox/, is
+mounted there when the call comes, `launcher_holes.py`; where the launcher has
+no hole, the turn's workspace itself, so it serves that turn only), with
+`landlock-exec --vessel-standby` as its command
 (`landlock_exec.c`). The static prefix waits there, before it applies
 anything, for the command on its fd 5 (`STANDBY_FD`): the length, then the
 NUL-terminated words. The next call with the same `key` writes its command
@@ -30,9 +33,10 @@ takes); a
 call takes a launcher whose standby fits it first, then one with none; a free
 launcher whose standby does not fit the call is given the call after its
 standby is killed. A standby older than `max_age` (half the workspaces' TTL:
-the sweep never removes a workspace a standby holds), or whose turn's
-workspace was removed since (another folder at the same path is not the one
-it binds), is killed instead of used; so is one no call took within
+the sweep never removes a workspace a standby holds), or bound to a turn's
+workspace that was removed since (another folder at the same path is not the
+one it binds), is killed instead of used; so is one at the hole whose call's
+workspace the launcher cannot mount (the call starts the usual way); so is one no call took within
 `STANDBY_IDLE_SECONDS` (the worker's housekeeping, `SandboxRunner.drop_idle_standbys`:
 the calls it was started for have stopped coming, and it holds a slot's launcher
 and a workspace).
@@ -53,6 +57,7 @@ from workers.sandbox.launcher_client import LaunchedChild, Launcher
 
 __all__ = [
     "ENV_SANDBOX_STANDBY",
+    "HOLE_MARK",
     "STANDBY_ARGS",
     "STANDBY_BYTES",
     "STANDBY_FLAG",
@@ -61,6 +66,7 @@ __all__ = [
     "Standby",
     "StandbyCounts",
     "StandbyLost",
+    "prefix_takes_holes",
     "prefix_takes_standby",
     "standby_mode",
 ]
@@ -75,6 +81,8 @@ STANDBY_FLAG = "--vessel-standby"
 #: a larger one kills the standby and starts its sandbox the usual way.
 STANDBY_BYTES = 256 * 1024
 STANDBY_ARGS = 8192
+#: The static prefix's word for "enters its working directory again" (`landlock_exec.c`).
+HOLE_MARK = b"vessel-standby-enters-workdir-again"
 _LENGTH = struct.Struct("=Q")
 #: A standby no call took this long after its start is killed by the sandbox worker's
 #: housekeeping (which runs every minute: so it goes within two). The calls a standby
@@ -109,6 +117,18 @@ def prefix_takes_standby(binary: Path | None) -> bool:
         return False
 
 
+def prefix_takes_holes(binary: Path | None) -> bool:
+    """True if `binary` (a static prefix that takes standbys) enters its working
+    directory again once a standby's command comes (`landlock_exec.c`), as a standby
+    bound to its launcher's hole needs (`launcher_holes.py`)."""
+    if binary is None:
+        return False
+    try:
+        return HOLE_MARK in binary.read_bytes()
+    except OSError:
+        return False
+
+
 def _identity(folder: Path) -> tuple[int, int] | None:
     try:
         st = folder.stat()
@@ -136,6 +156,7 @@ class Standby:
         outbox: Path | None,
         stage: Path,
         on_discard: Callable[[Standby], None],
+        hole: bool = False,
     ) -> None:
         self.key = key
         self.launcher = launcher
@@ -150,8 +171,15 @@ class Standby:
         self.workspace = workspace
         self.outbox = outbox
         self.stage = stage
+        #: `workspace` is its launcher's hole: the call's workspace is mounted there
+        #: when the call comes (`at_call`, `launcher_holes.py`), so any turn's fits.
+        self.hole = hole
+        #: A standby at the hole: the launcher was asked to mount the call's workspace
+        #: (`at_call`) and its answer is not read yet; or why it could not be asked.
+        self._mount_asked = False
+        self._mount_refused: str | None = None
         #: The workspace folder itself: a turn's removed and made again is another.
-        self._workspace_id = _identity(workspace)
+        self._workspace_id = None if hole else _identity(workspace)
         self.born = time.monotonic()
         #: Set once it took a call's command.
         self.released = False
@@ -171,7 +199,30 @@ class Standby:
         """True if it started and is still waiting (no exit from its launcher), and young."""
         if time.monotonic() - self.born > max_age or self._started() is None:
             return False
-        return not self.launcher.has_message() and _identity(self.workspace) == self._workspace_id
+        if self.launcher.has_message():
+            return False
+        return self.hole or _identity(self.workspace) == self._workspace_id
+
+    def at_call(self, workspace: Path) -> None:
+        """The call's workspace (a standby at the hole, its `outbox/` mount point made):
+        the launcher is asked now to mount it, with the standby's outbox, and mounts it
+        while the worker readies the call; `release` reads its answer first."""
+        try:
+            self.launcher.send_mount(workspace, self.outbox)
+            self._mount_asked = True
+        except OSError as exc:
+            self._mount_refused = str(exc)
+
+    def _mount_answered(self, child: LaunchedChild) -> str | None:
+        """Read the launcher's answer to `at_call`'s request: None if it mounted, else why not."""
+        if not self._mount_asked:
+            return self._mount_refused or "no workspace given for the call"
+        self._mount_asked = False
+        try:
+            self.launcher.mounted(child)
+        except OSError as exc:
+            return str(exc)
+        return None
 
     def release(self, command: Sequence[str]) -> tuple[LaunchedChild, int, int | None]:
         """Give it `command`: the call's child, output and stdin ends, now the caller's,
@@ -186,6 +237,11 @@ class Standby:
         if not 0 < len(data) <= STANDBY_BYTES or len(command) > STANDBY_ARGS:
             self.cancel()  # more than the prefix's buffers hold
             raise StandbyLost("the command is larger than a standby takes")
+        if self.hole:
+            refused = self._mount_answered(child)
+            if refused is not None:
+                self.cancel()
+                raise StandbyLost(f"the call's workspace was not mounted: {refused}")
         try:
             view = memoryview(_LENGTH.pack(len(data)) + data)
             while view:
@@ -205,6 +261,8 @@ class Standby:
         if self.launcher.standby is self:
             self.launcher.standby = None
         child = self._started()
+        if child is not None and self._mount_asked:  # its answer comes before the exit
+            self._mount_answered(child)
         if child is not None:
             child.kill_tree()
             with contextlib.suppress(OSError):  # LauncherLost: the launcher is marked broken

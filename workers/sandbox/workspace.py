@@ -90,6 +90,8 @@ _SPARES = 4
 #: The janitor thread (`discard_later`) ends after this long without work.
 _JANITOR_IDLE_SECONDS = 10.0
 _OUTBOXES = ".outbox"
+#: The slot launchers' hole folders (`launcher_holes.py`), one per launcher.
+_HOLES = ".holes"
 #: The HMAC key of turn keys: 32 random bytes, 0600, in the root.
 _TURN_SECRET = ".turn-secret"  # noqa: S105 (a file name, not a secret)
 _SECRET_BYTES = 32
@@ -449,6 +451,21 @@ class WorkspaceStore:
     def end_turn(self, agent_id: str, turn: str) -> None:
         """Remove the turn's workspace (nothing happens if it is already gone)."""
         remove_tree(self.turn_dir(agent_id, turn))
+
+    def holes_folder(self) -> Path:
+        """The folder of the slot launchers' hole folders (`launcher_holes.py`): each
+        an empty folder here, named `<worker pid>-<n>` (the tmpfs on it is in its
+        launcher's own mount namespace only); those of processes gone are removed."""
+        folder = self.root / _HOLES
+        with self._lock:
+            self._ensure_parents(self.root, folder)  # `close` removes it if empty
+        with contextlib.suppress(OSError):
+            for each in folder.iterdir():
+                owner = each.name.split("-", 1)[0]
+                if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                    with contextlib.suppress(OSError):
+                        each.rmdir()
+        return folder
 
     def close(self) -> None:
         """Leave nothing of this process's behind: wait for the janitor, remove the
