@@ -11,9 +11,11 @@ unprivileged user (scripts/test-unprivileged).
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -301,6 +303,59 @@ def test_a_workspace_the_launcher_cannot_mount_starts_the_call_the_usual_way(
         result = sandbox.call(shell=_TURN_CALL, turn="turn-m")
         assert result.output.splitlines() == [f"count={n}", "outbox="], result.output
     assert sandbox.runner.standby_calls > taken
+
+
+#: In a launcher's namespaces, as a launcher makes them: the workspace's outbox/ made a
+#: link by a tool (to a folder every later sandbox of the launcher binds) must not
+#: carry the call's outbox there.
+_LINKED_OUTBOX = """
+import json, os, sys
+from workers.sandbox.launcher_holes import Holes
+from workers.sandbox.launcher_network import CallNetwork
+base = sys.argv[1]
+ws, outbox, victim, folder = (os.path.join(base, n) for n in ("ws", "ob", "victim", "hole"))
+for path in (ws, outbox, victim, folder):
+    os.mkdir(path)
+os.symlink(victim, os.path.join(ws, "outbox"))
+CallNetwork.enter()
+holes = Holes.make(folder)
+try:
+    holes.mount_at_hole(ws, outbox)
+    refused = ""
+except OSError as exc:
+    refused = str(exc)
+mounts = open("/proc/self/mountinfo").read()
+cleared = not holes.mounted
+os.replace(os.path.join(ws, "outbox"), os.path.join(base, "link"))
+os.mkdir(os.path.join(ws, "outbox"))
+holes.mount_at_hole(ws, outbox)
+print(json.dumps({
+    "refused": refused, "victim_mounted": victim in mounts, "cleared": cleared,
+    "then": [line.split()[4] for line in open("/proc/self/mountinfo") if folder in line],
+}))
+"""
+
+
+def test_a_workspace_outbox_made_a_link_is_not_mounted_through(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    _needs_holes(sandbox.runner)
+    base = tmp_path / "linked"
+    base.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", _LINKED_OUTBOX, str(base)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=Path(__file__).resolve().parents[2],
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert "move_mount" not in seen["refused"] and seen["refused"], seen
+    assert seen["victim_mounted"] is False and seen["cleared"] is True, seen
+    hole = str(base / "hole" / "h")
+    assert seen["then"] == [str(base / "hole"), hole, f"{hole}/outbox"], seen
 
 
 def test_interleaved_calls_of_two_kinds_keep_each_others_standbys(sandbox: Sandbox) -> None:

@@ -43,6 +43,7 @@ _AT_FDCWD = -100
 _AT_EMPTY_PATH = 0x1000
 _AT_SYMLINK_NOFOLLOW = 0x100
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOVE_MOUNT_T_EMPTY_PATH = 0x40
 _MOUNT_ATTR_NOSUID = 0x2
 _MOUNT_ATTR_NODEV = 0x4
 _CLONE_NEWNS = 0x00020000
@@ -107,13 +108,27 @@ class Holes:
 
     def mount_at_hole(self, workspace: str, outbox: str | None) -> None:
         """`workspace` at the hole, then `outbox` (if any) over its `outbox/`; OSError
-        (with nothing left mounted) if either cannot be."""
+        (with nothing left mounted) if either cannot be.
+
+        The workspace's `outbox/` is found without following a link: a tool of the
+        turn, in a call running elsewhere now, may have made it one, and a mount
+        through it would land anywhere in this namespace, which every later sandbox
+        of this launcher is made from."""
         self.clear()
         try:
-            self._move(workspace, self.hole)
+            self._move(workspace, os.open(self.hole, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
             self.mounted = True
             if outbox is not None:
-                self._move(outbox, os.path.join(self.hole, "outbox"))
+                top = os.open(self.hole, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:  # the workspace's root now; its outbox/ must be a folder, not a link
+                    target = os.open(
+                        "outbox",
+                        os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        dir_fd=top,
+                    )
+                finally:
+                    os.close(top)
+                self._move(outbox, target)
         except OSError:
             self.clear()
             raise
@@ -126,7 +141,14 @@ class Holes:
         _check(self._libc.umount2(self.hole.encode(), _MNT_DETACH), f"umount {self.hole}")
         self.mounted = False
 
-    def _move(self, source: str, target: str) -> None:
+    def _move(self, source: str, target: int) -> None:
+        """Mount a clone of `source` on the folder open as `target` (an O_PATH fd, closed)."""
+        try:
+            self._move_to_fd(source, target)
+        finally:
+            os.close(target)
+
+    def _move_to_fd(self, source: str, target: int) -> None:
         libc = self._libc
         fd = _check(
             libc.syscall(
@@ -155,11 +177,11 @@ class Holes:
                     _SYS_MOVE_MOUNT,
                     fd,
                     b"",
-                    _AT_FDCWD,
-                    target.encode(),
-                    _MOVE_MOUNT_F_EMPTY_PATH,
+                    target,
+                    b"",
+                    _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH,
                 ),
-                f"move_mount {source} to {target}",
+                f"move_mount {source}",
             )
         finally:
             os.close(fd)
