@@ -305,6 +305,28 @@ def test_a_workspace_the_launcher_cannot_mount_starts_the_call_the_usual_way(
     assert sandbox.runner.standby_calls > taken
 
 
+def test_a_call_refused_after_its_mount_was_asked_for_leaves_the_launcher_usable(
+    sandbox: Sandbox,
+) -> None:
+    """The mount is asked for as soon as the call has its workspace; a workspace over
+    its limit then refuses the call before it runs: the launcher's answer is read and
+    the standby killed, and the next calls of the turn run (and take standbys)."""
+    _needs_holes(sandbox.runner)
+    for _ in range(3):
+        assert not sandbox.call(shell=_TURN_CALL, workspace_mb=8, turn="turn-r").is_error
+    assert _started_standbys(sandbox.runner)
+    workspace = sandbox.runner.workspaces.for_turn("test-agent", "turn-r")
+    (workspace / "big").write_bytes(b"x" * (9 * 1024 * 1024))
+    refused = sandbox.call(shell=_TURN_CALL, workspace_mb=8, turn="turn-r")
+    assert refused.is_error and refused.outcome == "refused", refused.output
+    (workspace / "big").unlink()
+    taken = sandbox.runner.standby_calls
+    for n in range(4, 8):
+        result = sandbox.call(shell=_TURN_CALL, workspace_mb=8, turn="turn-r")
+        assert result.output.splitlines() == [f"count={n}", "outbox="], result.output
+    assert sandbox.runner.standby_calls > taken
+
+
 #: In a launcher's namespaces, as a launcher makes them: the workspace's outbox/ made a
 #: link by a tool (to a folder every later sandbox of the launcher binds) must not
 #: carry the call's outbox there.

@@ -543,9 +543,11 @@ class SandboxRunner:
         except (OSError, ValueError) as exc:
             return result(is_error=True, output=f"[sandbox error: {exc}]", outcome="error")
         finally:
+            let_go: Path | None = None  # a folder the standby let go with itself
             if standby is not None:  # not run (refused, or an error before): not wanted
                 standby.discard()
                 stage = None  # the standby's, let go with it
+                let_go = standby.outbox if standby.outbox is not None else standby.workspace
             if pool is not None and launcher is not None:
                 oom = launcher.memory_failures()
                 slot = launcher.slot
@@ -567,10 +569,12 @@ class SandboxRunner:
             if stage is not None:
                 self._stage.give(stage)  # the call's mounts are gone with its processes
             # Read and done with: removed off the call's path (see `discard_later`).
-            if outbox_dir is not None and not own_outbox:
+            # Once each: a folder discarded twice would go back to the spares twice.
+            if outbox_dir is not None and not own_outbox and outbox_dir != let_go:
                 self.workspaces.discard_later(outbox_dir)
             if own_outbox:
-                self.workspaces.discard_later(workspace)
+                if workspace != let_go:
+                    self.workspaces.discard_later(workspace)
             else:
                 self.workspaces.touch(workspace)
 
