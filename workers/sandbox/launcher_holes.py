@@ -27,6 +27,7 @@ next sandbox binds the hole. On a host without these system calls (Linux before
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 
 __all__ = ["HOLE_NAME", "Holes"]
@@ -69,8 +70,8 @@ def _libc() -> ctypes.CDLL:
 
 def _check(result: int, what: str) -> int:
     if result < 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
     return result
 
 
@@ -78,7 +79,6 @@ class Holes:
     """The launcher's tmpfs and its hole (see the module's text)."""
 
     def __init__(self, folder: str) -> None:
-        self.folder = folder
         #: The folder a standby binds at its workspace's place.
         self.hole = os.path.join(folder, HOLE_NAME)
         #: A workspace is mounted at the hole now (`clear` detaches it).
@@ -93,8 +93,8 @@ class Holes:
         holes = cls(folder)
         libc = holes._libc
         # Asked first, with nothing to clone: ENOSYS on a kernel without the call.
-        if libc.syscall(_SYS_OPEN_TREE, -1, b"", 0) < 0 and ctypes.get_errno() == 38:
-            raise OSError(38, "open_tree: this kernel has no new mount API")
+        if libc.syscall(_SYS_OPEN_TREE, -1, b"", 0) < 0 and ctypes.get_errno() == errno.ENOSYS:
+            raise OSError(errno.ENOSYS, "open_tree: this kernel has no new mount API")
         _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
         flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
         options = b"size=64k,mode=0700"

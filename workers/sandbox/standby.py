@@ -36,10 +36,10 @@ standby is killed. A standby older than `max_age` (half the workspaces' TTL:
 the sweep never removes a workspace a standby holds), or bound to a turn's
 workspace that was removed since (another folder at the same path is not the
 one it binds), is killed instead of used; so is one at the hole whose call's
-workspace the launcher cannot mount (the call starts the usual way); so is one no call took within
-`STANDBY_IDLE_SECONDS` (the worker's housekeeping, `SandboxRunner.drop_idle_standbys`:
-the calls it was started for have stopped coming, and it holds a slot's launcher
-and a workspace).
+workspace the launcher cannot mount (the call starts the usual way); so is one
+no call took within `STANDBY_IDLE_SECONDS` (the worker's housekeeping,
+`SandboxRunner.drop_idle_standbys`: the calls it was started for have stopped
+coming, and it holds a slot's launcher and a workspace).
 """
 
 from __future__ import annotations
@@ -109,22 +109,21 @@ def standby_mode(environ: Mapping[str, str]) -> str:
 def prefix_takes_standby(binary: Path | None) -> bool:
     """True if `binary` is a static prefix that knows STANDBY_FLAG (one built from an
     older source does not: a worker with it starts every sandbox at its call)."""
-    if binary is None:
-        return False
-    try:
-        return STANDBY_FLAG.encode() in binary.read_bytes()
-    except OSError:
-        return False
+    return _binary_holds(binary, STANDBY_FLAG.encode())
 
 
 def prefix_takes_holes(binary: Path | None) -> bool:
     """True if `binary` (a static prefix that takes standbys) enters its working
     directory again once a standby's command comes (`landlock_exec.c`), as a standby
     bound to its launcher's hole needs (`launcher_holes.py`)."""
+    return _binary_holds(binary, HOLE_MARK)
+
+
+def _binary_holds(binary: Path | None, mark: bytes) -> bool:
     if binary is None:
         return False
     try:
-        return HOLE_MARK in binary.read_bytes()
+        return mark in binary.read_bytes()
     except OSError:
         return False
 
